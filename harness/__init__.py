@@ -1,0 +1,1 @@
+"""The decode loop, the runner and the CLI."""

@@ -1,0 +1,117 @@
+"""The decode loop. It exists once: every drafter, vanilla included, runs through `generate`.
+
+prefill -> root; then repeat: drafter.propose -> DraftTree; target.forward_tree (verify);
+verify_greedy + KV commit + drafter.accept (accept); emit accepted tokens + bonus; until EOS or
+``max_new_tokens``. Tokens are counted from ids, the same way for every drafter: up to and including
+EOS, capped at ``max_new_tokens``; the root chosen at prefill is the first new token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from specbench import kv
+from specbench.drafter import DraftContext, Drafter
+from specbench.model import TargetModel
+from specbench.timing import StageTimer, wall_clock
+from specbench.verify import verify_greedy
+
+
+@dataclass
+class StepRecord:
+    """One verification step: tree size, deepest proposed depth, tokens emitted (accepted + bonus)."""
+
+    nodes: int
+    depth: int
+    accepted: int
+    stage_ms: dict[str, float] | None = None
+
+
+@dataclass
+class TurnResult:
+    """Everything one generated sequence (one turn of one question) records."""
+
+    output_ids: list[int]
+    steps: list[StepRecord]
+    wall_s: float
+    prefill_ms: float | None = None
+    stopped_at_eos: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def accept_lengths(self) -> list[int]:
+        return [step.accepted for step in self.steps]
+
+
+@torch.inference_mode()
+def generate(
+    target: TargetModel,
+    drafter: Drafter,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    budget: int,
+    breakdown: bool = False,
+) -> TurnResult:
+    """Greedy speculative generation of one sequence; output ids equal plain greedy decoding."""
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    timer = StageTimer(target.device, enabled=breakdown)
+    eos = target.eos_ids
+    prompt_len = len(prompt_ids)
+    buffer = torch.empty(prompt_len + max_new_tokens + 1, dtype=torch.long)  # every token so far
+    buffer[:prompt_len] = torch.tensor(prompt_ids, dtype=torch.long)
+    drafter.reset(target.handle)
+
+    start = wall_clock(target.device)
+    cache = target.new_cache()
+    with timer.stage("prefill"):
+        logits, hidden = target.prefill(buffer[:prompt_len], cache)  # logits [V], hidden [L, H]
+        root = int(logits.argmax())
+    output = [root]
+    buffer[prompt_len] = root
+    past = prompt_len  # positions in the KV cache; the root is not among them
+    steps: list[StepRecord] = []
+    done = root in eos or max_new_tokens == 1
+
+    while not done:
+        timer.next_step()
+        ctx = DraftContext(
+            tokens=buffer[: past + 1], root=root, hidden=hidden, target=target.handle, budget=budget, span=timer.span
+        )
+        with timer.stage("draft"):
+            tree = drafter.propose(ctx)
+        tree.validate(root, budget)
+        with timer.stage("verify"):
+            logits, hidden_nodes = target.forward_tree(tree, cache)  # [n, V], [n, H]
+        with timer.stage("accept"):
+            outcome = verify_greedy(tree, logits, hidden_nodes)
+            kv.commit_path(cache, past, outcome.path, len(tree))
+            drafter.accept(outcome)
+
+        emitted = outcome.tokens[1:] + [outcome.bonus]
+        for i, token in enumerate(emitted):
+            if token in eos or len(output) + i + 1 >= max_new_tokens:
+                emitted = emitted[: i + 1]
+                done = True
+                break
+        buffer[past + 1 : past + 1 + len(emitted)] = torch.tensor(emitted, dtype=torch.long)
+        output.extend(emitted)
+        steps.append(StepRecord(nodes=len(tree), depth=tree.max_depth(), accepted=len(emitted)))
+        past += len(outcome.path)
+        root, hidden = outcome.bonus, outcome.hidden
+
+    wall_s = wall_clock(target.device) - start
+    prefill_ms = None
+    if breakdown:
+        prefill_ms, per_step = timer.per_step_ms()
+        for record, times in zip(steps, per_step):
+            record.stage_ms = times
+    return TurnResult(
+        output_ids=output, steps=steps, wall_s=wall_s, prefill_ms=prefill_ms, stopped_at_eos=output[-1] in eos
+    )

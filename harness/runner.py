@@ -1,0 +1,248 @@
+"""The runner: questions x drafters through the one decode loop, with warm-up, interleaving, repeats,
+resume, answer records and the manifest.
+
+Order of work: for each question, every drafter in turn (vanilla first), each turn of the conversation
+prompted with that drafter's own earlier answers. Interleaving per question spreads machine noise
+evenly over drafters. One warm-up question (the first selected one, first turn, at most 32 tokens) runs
+through every drafter before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from specbench import __version__
+from specbench.errors import SpecbenchError
+from specbench.harness.loop import TurnResult, generate
+from specbench.model import TargetModel, load_target
+from specbench.prompts import PromptBuilder
+from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
+from specbench.registry import create_drafter, get_drafter_class
+from specbench.results import MANIFEST, answers_path, first_divergence, append_answer, read_answers, read_manifest, write_json
+
+BASELINE = "vanilla"
+WARMUP_TOKENS = 32
+# Settings a resumed run must share with the run it continues (otherwise the numbers would not pair).
+RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype",
+               "template", "drafter_options")
+
+
+@dataclass
+class RunConfig:
+    """Everything that decides what a run measures (written to the manifest)."""
+
+    out: str
+    model: str = "default"
+    drafters: list[str] = field(default_factory=lambda: [BASELINE])
+    bench: str = "demo"
+    categories: list[str] | None = None
+    limit: int | None = None
+    max_new_tokens: int = 128
+    tree_budget: int = 16
+    repeats: int = 1
+    breakdown: bool = False
+    device: str = "cpu"
+    dtype: str = "float32"
+    template: str | None = None
+    seed: int = 0
+    threads: int | None = None
+    warmup: bool = True
+    resume: bool = False
+    drafter_options: dict[str, dict] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Reject impossible settings before anything is loaded."""
+        for name, value, low in (("--max-new-tokens", self.max_new_tokens, 1), ("--tree-budget", self.tree_budget, 1),
+                                 ("--repeats", self.repeats, 1), ("--limit", self.limit, 1), ("--threads", self.threads, 1)):
+            if value is not None and value < low:
+                raise SpecbenchError(f"{name} must be at least {low}, got {value}")
+        if not self.drafters:
+            raise SpecbenchError("--drafters is empty")
+        duplicates = sorted({d for d in self.drafters if self.drafters.count(d) > 1})
+        if duplicates:
+            raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
+        for name in self.drafters:
+            get_drafter_class(name)  # unknown names fail here, listing the known ones
+        if self.model != "default" and not Path(self.model).expanduser().exists():
+            raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, or 'default')")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise SpecbenchError(f"--device must be cpu or cuda, got {self.device!r}")
+
+    def ordered_drafters(self) -> list[str]:
+        """Vanilla first (when asked for), then the others in the order given."""
+        return sorted(self.drafters, key=lambda name: name != BASELINE)
+
+
+def _git_sha() -> str | None:
+    try:
+        folder = Path(__file__).resolve().parent
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, questions: list[Question]) -> dict:
+    import transformers
+
+    return {
+        "specbench_version": __version__,
+        "git_sha": _git_sha(),
+        "command": sys.argv,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": asdict(config),
+        "model": {"name": target.name, "path": str(target.source.path) if target.source else None,
+                  "sha256": target.source.sha256 if target.source else None, "architecture": type(target.model).__name__,
+                  "parameters": sum(p.numel() for p in target.model.parameters())},
+        "data": {"path": str(bench_path), "sha256": file_hash(bench_path), "questions": [q.question_id for q in questions]},
+        "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                        "transformers": transformers.__version__, "platform": platform.platform(),
+                        "processor": platform.processor(), "cpu_count": os.cpu_count(),
+                        "torch_threads": torch.get_num_threads(),
+                        "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None},
+    }
+
+
+class Run:
+    """One benchmark run in one output directory."""
+
+    def __init__(self, config: RunConfig, progress: bool = True) -> None:
+        config.check()
+        self.config = config
+        self.out = Path(config.out)
+        self.drafter_names = config.ordered_drafters()
+        self.bench_path = resolve_bench(config.bench)
+        self.questions = select_questions(load_questions(self.bench_path), config.categories, config.limit)
+        self.done = self._prepare_out_dir()
+        self.progress = progress
+
+    def _prepare_out_dir(self) -> dict[str, dict]:
+        """Finished records by drafter and question id (empty unless resuming)."""
+        existing = sorted((self.out / "answers").glob("*.jsonl")) if (self.out / "answers").is_dir() else []
+        if existing and not self.config.resume:
+            raise SpecbenchError(f"{self.out} already holds results; pass --resume to continue it, or choose another --out")
+        if not self.config.resume:
+            return {}
+        manifest = read_manifest(self.out)
+        if manifest is None:
+            if existing:
+                raise SpecbenchError(f"{self.out} has answers but no {MANIFEST}; cannot check it is the same run")
+            return {}
+        before = manifest.get("config", {})
+        now = asdict(self.config)
+        changed = [key for key in RESUME_KEYS if before.get(key) != now.get(key)]
+        if changed:
+            detail = ", ".join(f"{key}: {before.get(key)!r} -> {now.get(key)!r}" for key in changed)
+            raise SpecbenchError(f"--resume with different settings than {self.out}/{MANIFEST} ({detail})")
+        done = {}
+        for name in self.drafter_names:
+            path = answers_path(self.out, name)
+            records = read_answers(path, drop_partial_tail=True) if path.exists() else []
+            done[name] = {record["question_id"]: record for record in records}
+        return done
+
+    def pending(self) -> list[Question]:
+        return [q for q in self.questions if any(q.question_id not in self.done.get(d, {}) for d in self.drafter_names)]
+
+    def execute(self, target: TargetModel | None = None) -> Path:
+        config = self.config
+        torch.manual_seed(config.seed)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        target = target or load_target(config.model, config.device, config.dtype)
+        prompts = PromptBuilder(target.tokenizer, config.template)
+        drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in self.drafter_names}
+        self.out.mkdir(parents=True, exist_ok=True)
+        if read_manifest(self.out) is None or not config.resume:
+            write_json(self.out / MANIFEST, build_manifest(config, target, self.bench_path, self.questions))
+
+        todo = self.pending()
+        if config.warmup and todo:
+            warm_ids = prompts.build(todo[0].turns[:1], [])
+            for drafter in drafters.values():
+                generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), config.tree_budget)
+
+        bar = _progress_bar(len(todo) * len(drafters), self.progress)
+        live: dict[str, list[float]] = {name: [0, 0.0, 0, 0] for name in drafters}  # tokens, seconds, steps, accepted
+        for question in todo:
+            vanilla_ids = None
+            if BASELINE in drafters:
+                vanilla_ids = self.done.get(BASELINE, {}).get(question.question_id, {}).get("choices", [{}])[0].get("output_ids")
+            for name, drafter in drafters.items():
+                if question.question_id in self.done.get(name, {}):
+                    bar.update(1)
+                    continue
+                record = self._run_question(question, target, drafter, prompts, vanilla_ids, name)
+                append_answer(answers_path(self.out, name), record)
+                self.done.setdefault(name, {})[question.question_id] = record
+                choice = record["choices"][0]
+                if name == BASELINE:
+                    vanilla_ids = choice["output_ids"]
+                stats = live[name]
+                stats[0] += sum(choice["new_tokens"]); stats[1] += sum(choice["wall_time"])
+                stats[2] += len(choice["accept_lengths"]); stats[3] += sum(choice["accept_lengths"])
+                bar.set_postfix_str(" ".join(f"{n}:{s[0] / max(s[1], 1e-9):.1f}tok/s tau={s[3] / max(s[2], 1):.2f}"
+                                             for n, s in live.items() if s[2]))
+                bar.update(1)
+        bar.close()
+        return self.out
+
+    def _run_question(self, question: Question, target: TargetModel, drafter, prompts: PromptBuilder,
+                      vanilla_ids: list[list[int]] | None, name: str) -> dict:
+        config = self.config
+        answers: list[str] = []
+        results: list[TurnResult] = []
+        repeats_wall: list[list[float]] = []
+        for turn in range(len(question.turns)):
+            prompt_ids = prompts.build(question.turns[: turn + 1], answers)
+            runs = [generate(target, drafter, prompt_ids, config.max_new_tokens, config.tree_budget, config.breakdown)
+                    for _ in range(config.repeats)]
+            for other in runs[1:]:
+                if other.output_ids != runs[0].output_ids:
+                    raise RuntimeError(f"drafter {name}: repeated greedy runs of question {question.question_id} differ")
+            median = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
+            results.append(median)
+            repeats_wall.append([r.wall_s for r in runs])
+            answers.append(prompts.answer_text(median.output_ids))
+        output_ids = [r.output_ids for r in results]
+        divergence = None
+        if vanilla_ids is not None:
+            divergence = [first_divergence(ids, ref) for ids, ref in zip(output_ids, vanilla_ids)]
+        return {
+            "question_id": question.question_id,
+            "category": question.category,
+            "answer_id": uuid.uuid4().hex,
+            "model_id": target.name,
+            "tstamp": time.time(),
+            "drafter": name,
+            "choices": [{
+                "index": 0,
+                "turns": answers,
+                "new_tokens": [r.new_tokens for r in results],
+                "wall_time": [r.wall_s for r in results],
+                "decoding_steps": [len(r.steps) for r in results],
+                "accept_lengths": [length for r in results for length in r.accept_lengths],
+                "output_ids": output_ids,
+                "steps": [[asdict(step) for step in r.steps] for r in results],
+                "prefill_ms": [r.prefill_ms for r in results],
+                "wall_time_repeats": repeats_wall,
+            }],
+            "equal_to_vanilla": None if divergence is None else all(d is None for d in divergence),
+            "first_divergence": divergence,
+        }
+
+
+def _progress_bar(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="questions x drafters", unit="q", disable=not enabled, file=sys.stderr,
+                dynamic_ncols=True)

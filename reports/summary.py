@@ -1,0 +1,130 @@
+"""``summary.csv``: one row per drafter and category, plus category ``overall``, computed from the
+answer files alone (never from a model), with the formulas of `specbench.metrics`.
+
+Stage shares are fractions of *decode* time (turn wall time minus prefill): draft + transform + verify +
+accept + other = 1. They are empty for runs recorded without ``--breakdown``.
+``equal_to_vanilla`` is the fraction of (question, turn) pairs whose ids equal vanilla's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from specbench import metrics
+from specbench.errors import SpecbenchError
+from specbench.results import SUMMARY, load_run
+
+COLUMNS = [
+    "drafter", "category", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
+    "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
+    "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
+]
+STAGE_SHARES = ("draft", "transform", "verify", "accept")
+BASELINE = "vanilla"
+OVERALL = "overall"
+
+
+def question_table(runs: dict[str, list[dict]]) -> pd.DataFrame:
+    """One row per (drafter, question): totals over turns, accept lengths and stage totals."""
+    rows = []
+    for drafter, records in runs.items():
+        for record in records:
+            choice = record["choices"][0]
+            stages = dict.fromkeys(STAGE_SHARES, 0.0)
+            timed = True
+            for turn_steps in choice["steps"]:
+                for step in turn_steps:
+                    if not step.get("stage_ms"):
+                        timed = False
+                        continue
+                    for name in STAGE_SHARES:
+                        stages[name] += step["stage_ms"].get(name, 0.0)
+            prefill = choice.get("prefill_ms") or []
+            timed = timed and len(prefill) == len(choice["turns"]) and all(p is not None for p in prefill)
+            equal = record.get("equal_to_vanilla")
+            rows.append(
+                {
+                    "drafter": drafter,
+                    "question_id": record["question_id"],
+                    "category": record["category"],
+                    "new_tokens": sum(choice["new_tokens"]),
+                    "wall_s": sum(choice["wall_time"]),
+                    "accept_lengths": choice["accept_lengths"],
+                    "turns": len(choice["turns"]),
+                    "equal_turns": np.nan if equal is None else sum(d is None for d in record["first_divergence"]),
+                    "prefill_ms": sum(prefill) if timed else np.nan,
+                    **{f"{name}_ms": (stages[name] if timed else np.nan) for name in STAGE_SHARES},
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataFrame | None) -> dict:
+    lengths = [length for record in rows["accept_lengths"] for length in record]
+    wall = rows["wall_s"].sum()
+    decode_ms = wall * 1000.0 - rows["prefill_ms"].sum()
+    shares = {f"{name}_share": rows[f"{name}_ms"].sum() / decode_ms for name in STAGE_SHARES}
+    timed = not rows["prefill_ms"].isna().any()
+    if not timed:
+        shares = dict.fromkeys(shares, np.nan)
+    other = 1.0 - sum(shares.values()) if timed else np.nan
+    row = {
+        "drafter": drafter,
+        "category": category,
+        "n_questions": len(rows),
+        "new_tokens": int(rows["new_tokens"].sum()),
+        "wall_s": wall,
+        "tokens_per_s": rows["new_tokens"].sum() / wall,
+        "tau": metrics.tau(lengths),
+        "equal_to_vanilla": rows["equal_turns"].sum() / rows["turns"].sum() if rows["equal_turns"].notna().all() else np.nan,
+        "prefill_ms": rows["prefill_ms"].sum() / rows["turns"].sum() if timed else np.nan,
+        **shares,
+        "other_share": other,
+        "speedup": np.nan, "speedup_ci_low": np.nan, "speedup_ci_high": np.nan, "speedup_mean_throughput": np.nan,
+    }
+    if base is not None:
+        paired = rows.merge(base, on="question_id", suffixes=("", "_base"))
+        if len(paired):
+            args = (paired["wall_s_base"], paired["new_tokens_base"], paired["wall_s"], paired["new_tokens"])
+            row["speedup"] = metrics.totals_speedup(*args)
+            row["speedup_ci_low"], row["speedup_ci_high"] = metrics.bootstrap_speedup_ci(*args)
+            row["speedup_mean_throughput"] = metrics.mean_throughput_speedup(*args)
+    return row
+
+
+def summarize(runs: dict[str, list[dict]]) -> pd.DataFrame:
+    """The summary table: drafters in run order (vanilla first), categories in file order, then overall."""
+    table = question_table(runs)
+    if table.empty:
+        raise SpecbenchError("no finished questions to summarize")
+    base_all = table[table["drafter"] == BASELINE][["question_id", "wall_s", "new_tokens"]]
+    base = base_all if len(base_all) else None
+    categories = list(dict.fromkeys(table["category"]))
+    drafters = sorted(runs, key=lambda name: (name != BASELINE, list(runs).index(name)))
+    out = []
+    for drafter in drafters:
+        mine = table[table["drafter"] == drafter]
+        for category in [*categories, OVERALL]:
+            rows = mine if category == OVERALL else mine[mine["category"] == category]
+            if len(rows):
+                out.append(_summary_row(drafter, category, rows, base))
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def write_summary(out: Path) -> pd.DataFrame:
+    summary = summarize(load_run(out))
+    summary.to_csv(Path(out) / SUMMARY, index=False, float_format="%.6g")
+    return summary
+
+
+def format_table(summary: pd.DataFrame, overall_only: bool = False) -> str:
+    """A compact plain-text view for the terminal."""
+    view = summary[summary["category"] == OVERALL] if overall_only else summary
+    columns = ["drafter", "category", "n_questions", "new_tokens", "tokens_per_s", "tau", "speedup",
+               "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla"]
+    if view["other_share"].notna().any():
+        columns += ["draft_share", "transform_share", "verify_share", "accept_share", "other_share"]
+    return view[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}")

