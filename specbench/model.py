@@ -225,7 +225,9 @@ def _eos_ids(model, tokenizer) -> set[int]:
 def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> TargetModel:
     """Load ``spec`` (``default``, a model directory, or a .gguf file) on ``device`` in ``dtype``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # the converted copy loads in well under a second
     if dtype not in DTYPES:
         raise SpecbenchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if device.startswith("cuda") and not torch.cuda.is_available():

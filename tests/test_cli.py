@@ -1,0 +1,131 @@
+"""The CLI: bad input gives one line and exit code 2 without losing results; an end-to-end run on the
+default model writes answers, manifest and a summary that agrees with the answer files; resume works."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specbench.harness.cli import main
+from specbench.results import load_run
+from specbench.reports.summary import summarize
+
+DATA = Path(os.environ.get("SPECBENCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specbench.harness.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "SPECBENCH_DATA": str(DATA)}, timeout=900)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("specbench: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["run", "--drafters", "vanilla,nosuch"], ["unknown drafter 'nosuch'", "vanilla", "ngram"]),
+        (["run", "--bench", "missing/question.jsonl"], ["question file not found"]),
+        (["run", "--model", "missing-model.gguf"], ["model not found"]),
+        (["run", "--max-new-tokens", "0"], ["--max-new-tokens must be at least 1"]),
+        (["run", "--tree-budget", "0"], ["--tree-budget"]),
+        (["run", "--drafters", "ngram,ngram"], ["more than once"]),
+        (["run", "--categories", "nosuch"], ["unknown categories nosuch"]),
+        (["run", "--no-such-flag"], ["unrecognized arguments"]),
+        (["run", "--drafter-option", "ngram"], ["DRAFTER.OPTION=VALUE"]),
+        (["report", "missing-dir"], ["run directory not found"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):
+    assert_one_line_error(run_cli(*args, "--out", str(tmp_path / "o")) if args[0] == "run" else run_cli(*args),
+                          *fragments)
+
+
+def test_missing_data_directory_names_the_variable(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SPECBENCH_DATA"}
+    result = subprocess.run([sys.executable, "-m", "specbench.harness.cli", "run", "--bench", "mt_bench"],
+                            capture_output=True, text=True, env=env)
+    assert_one_line_error(result, "SPECBENCH_DATA")
+
+
+def test_malformed_question_file_names_file_and_line(tmp_path):
+    bad = tmp_path / "question.jsonl"
+    bad.write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\n{"question_id": 2, "turns": ["a"]}\n')
+    assert_one_line_error(run_cli("run", "--bench", str(bad), "--out", str(tmp_path / "o")), f"{bad}:2", "category")
+    bad.write_text('{"question_id": 1, "category": "x", "turns": ["hi"]}\nnot json\n')
+    assert_one_line_error(run_cli("run", "--bench", str(bad), "--out", str(tmp_path / "o")), f"{bad}:2", "JSON")
+
+
+def test_existing_results_are_not_overwritten(tmp_path):
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    kept = answers / "vanilla.jsonl"
+    kept.write_text("precious\n")
+    assert_one_line_error(run_cli("run", "--out", str(tmp_path)), "--resume")
+    assert kept.read_text() == "precious\n"
+
+
+def test_list_drafters_shows_builtins_and_origin(capsys):
+    assert main(["list-drafters"]) == 0
+    out = capsys.readouterr().out
+    assert "vanilla" in out and "ngram" in out and "entry point of specbench" in out
+
+
+@pytest.mark.slow
+def test_mt_bench_run_end_to_end_then_resume(tmp_path, default_model_available):
+    out = tmp_path / "run"
+    args = ["run", "--drafters", "ngram,vanilla", "--bench", "mt_bench", "--categories", "writing,coding",
+            "--limit", "1", "--max-new-tokens", "24", "--out", str(out), "--no-progress", "--breakdown"]
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    runs = load_run(out)
+    assert set(runs) == {"vanilla", "ngram"}
+    for name, records in runs.items():
+        assert [r["category"] for r in records] == ["writing", "coding"]
+        for record in records:
+            choice = record["choices"][0]
+            assert len(choice["turns"]) == len(choice["output_ids"]) == 2  # both MT-bench turns
+            assert sum(choice["accept_lengths"]) + len(choice["output_ids"]) == sum(choice["new_tokens"])
+            assert all(len(ids) == n for ids, n in zip(choice["output_ids"], choice["new_tokens"]))
+            assert record["equal_to_vanilla"] is True
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["max_new_tokens"] == 24 and manifest["data"]["sha256"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["category"]) == ["writing", "coding", "overall"] * 2
+    assert list(summary["drafter"][:3]) == ["vanilla"] * 3  # baseline first whatever the order asked
+    overall = summary[summary.category == "overall"].set_index("drafter")
+    tokens = sum(sum(r["choices"][0]["new_tokens"]) for r in runs["ngram"])
+    steps = [n for r in runs["ngram"] for n in r["choices"][0]["accept_lengths"]]
+    assert overall.loc["ngram", "new_tokens"] == tokens
+    assert overall.loc["ngram", "tau"] == pytest.approx(sum(steps) / len(steps), rel=1e-5)
+    assert overall.loc["ngram", "equal_to_vanilla"] == 1.0
+    shares = overall.loc["ngram", ["draft_share", "transform_share", "verify_share", "accept_share", "other_share"]]
+    assert shares.sum() == pytest.approx(1.0) and 0 <= overall.loc["ngram", "other_share"] < 0.2
+
+    # Simulate an interruption: drop ngram's last question and cut a line short; --resume completes it.
+    path = out / "answers" / "ngram.jsonl"
+    first, second = path.read_text().splitlines()
+    path.write_text(first + "\n" + second[:40])
+    again = run_cli(*args, "--resume")
+    assert again.returncode == 0, again.stderr
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 and lines[0] == first
+    assert len((out / "answers" / "vanilla.jsonl").read_text().splitlines()) == 2  # vanilla not rerun
+    assert json.loads(lines[1])["equal_to_vanilla"] is True
+    assert summarize(load_run(out)).shape[0] == 6
+
+    # Resuming with other settings is refused, and nothing is lost.
+    changed = run_cli(*[a if a != "24" else "32" for a in args], "--resume")
+    assert_one_line_error(changed, "max_new_tokens")
+    assert path.read_text().splitlines() == lines
