@@ -215,7 +215,9 @@ class Run:
             answers.append(prompts.answer_text(median.output_ids))
         output_ids = [r.output_ids for r in results]
         divergence = None
-        if vanilla_ids is not None:
+        if name == BASELINE:
+            divergence = [None] * len(output_ids)  # the reference itself
+        elif vanilla_ids is not None:
             divergence = [first_divergence(ids, ref) for ids, ref in zip(output_ids, vanilla_ids)]
         return {
             "question_id": question.question_id,

@@ -24,6 +24,7 @@ def cached_length(cache: DynamicCache) -> int:
     return cache.get_seq_length()
 
 
+@torch.inference_mode()  # the cache tensors come from inference-mode forwards; update them in kind
 def commit_path(cache: DynamicCache, past_len: int, path: list[int], n_nodes: int) -> None:
     """Keep the K/V of tree nodes ``path`` (node indices, root first) and drop the other of the
     ``n_nodes`` tree slots.

