@@ -4,6 +4,11 @@ Match the last n tokens (longest n first, ``max_ngram`` down to ``min_ngram``) e
 and propose what followed. Several matches give several continuations; the most recent ones are merged
 into a prefix tree within the node budget (a single match gives a chain). The n-gram index is built
 incrementally, so each step costs O(new tokens x n) dictionary operations.
+
+Defaults (a chain of at most 4 tokens after a match of 2 or 3 tokens) come from
+``benchmarks/sweep.py --drafter ngram`` on MT-bench with the default model on 2 CPU threads, where a
+verified node is not free (1 token ~35 ms, 5 tokens ~46 ms): wider trees (``max_candidates=3``) and
+unigram matches raised tau slightly but lost more in verify time (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ class NgramDrafter(Drafter):
     max_candidates:        how many distinct continuations to merge into the tree (1 = a chain)
     """
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, max_depth: int = 10, max_candidates: int = 3) -> None:
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 2, max_depth: int = 4, max_candidates: int = 1) -> None:
         super().__init__()
         if not 1 <= min_ngram <= max_ngram:
             raise TypeError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")

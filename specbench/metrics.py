@@ -5,7 +5,7 @@
   over the same questions; the 95% CI comes from a paired bootstrap over questions.
 - speedup (Spec-Bench's convention): mean per-question method throughput / mean vanilla throughput.
 - acceptance per depth: unconditional P(accepted drafts >= d) per step, and conditional
-  P(>= d | >= d - 1).
+  P(>= d | >= d - 1); optionally counting at depth d only the steps that proposed a node there.
 """
 
 from __future__ import annotations
@@ -49,19 +49,33 @@ def bootstrap_speedup_ci(
     return float(low), float(high)
 
 
-def acceptance_by_depth(accept_lengths: Sequence[int], max_depth: int | None = None) -> tuple[list[float], list[float]]:
+def acceptance_by_depth(
+    accept_lengths: Sequence[int], max_depth: int | None = None, proposed_depths: Sequence[int] | None = None
+) -> tuple[list[float], list[float]]:
     """(unconditional, conditional) acceptance rate for draft depths 1..max_depth.
 
     A step with accepted length L accepted L - 1 drafts, i.e. depths 1..L-1.
+    Without ``proposed_depths`` every step counts at every depth: unconditional = P(drafts >= d),
+    conditional = P(drafts >= d | drafts >= d - 1).
+    With ``proposed_depths`` (per step, the deepest proposed node; 0 = proposed nothing) a step counts at
+    depth d only if it proposed a node there: unconditional = P(drafts >= d | proposed >= d), conditional =
+    P(drafts >= d | drafts >= d - 1 and proposed >= d), so a step that proposed nothing, or proposed
+    fewer than d levels, is no rejection at d. ``max_depth`` then defaults to the deepest proposal.
     """
     drafts = np.asarray(accept_lengths, dtype=int) - 1  # [steps]
+    proposed = None if proposed_depths is None else np.asarray(proposed_depths, dtype=int)  # [steps]
+    if proposed is not None and proposed.shape != drafts.shape:
+        raise ValueError(f"proposed_depths has {proposed.size} steps, accept_lengths {drafts.size}")
     if max_depth is None:
-        max_depth = int(drafts.max()) if drafts.size else 0
+        deepest = drafts if proposed is None else proposed
+        max_depth = int(deepest.max()) if deepest.size else 0
     unconditional, conditional = [], []
     for depth in range(1, max_depth + 1):
-        reached = np.count_nonzero(drafts >= depth)
-        previous = np.count_nonzero(drafts >= depth - 1)
-        unconditional.append(reached / drafts.size if drafts.size else float("nan"))
+        offered = np.full(drafts.shape, True) if proposed is None else proposed >= depth  # [steps]
+        reached = np.count_nonzero(offered & (drafts >= depth))
+        steps = np.count_nonzero(offered)
+        previous = np.count_nonzero(offered & (drafts >= depth - 1))
+        unconditional.append(reached / steps if steps else float("nan"))
         conditional.append(reached / previous if previous else float("nan"))
     return unconditional, conditional
 
