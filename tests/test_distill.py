@@ -1,0 +1,66 @@
+"""Self-distillation data on a tiny model: labels are the target's own greedy output, hidden states are
+the target's, shards round-trip, and a resumed run skips finished shards and gives the same data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import EOS, build_tiny_model, make_target, plain_greedy
+from specbench.drafters.training.distill import DistillConfig, iter_samples, run_distill
+from specbench.drafters.training.sharegpt import iter_items, first_human_turn
+from specbench.errors import SpecbenchError
+
+PROMPTS = [[5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4], [60, 12], [42, 9, 9, 9, 1, 2], [7]]
+
+
+@pytest.fixture(scope="module")
+def target():
+    # an EOS the model does emit, so responses of different lengths are batched together
+    return make_target(build_tiny_model("llama"), eos_token_id=11)
+
+
+def test_samples_are_greedy_and_hidden_matches(target, tmp_path):
+    config = DistillConfig(out=str(tmp_path / "d"), max_new_tokens=12, batch_size=3, shard_size=2)
+    run_distill(config, target, {"train": PROMPTS[:4], "heldout": PROMPTS[4:]}, progress=False)
+    samples = list(iter_samples(tmp_path / "d", "train"))
+    assert [s.prompt_len for s in samples] == [4, 7, 2, 6]
+    for sample, prompt in zip(samples, PROMPTS):
+        assert sample.input_ids[: len(prompt)].tolist() == prompt
+        response = sample.input_ids[len(prompt):].tolist()
+        assert response == plain_greedy(target.model, prompt, 12, target.eos_ids)
+        with torch.inference_mode():
+            expected = target.decoder(input_ids=sample.input_ids[None]).last_hidden_state[0]
+        assert sample.hidden.shape == expected.shape
+        torch.testing.assert_close(sample.hidden.float(), expected, atol=2e-3, rtol=2e-3)  # stored as fp16
+    assert len(list(iter_samples(tmp_path / "d", "heldout"))) == 1
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert manifest["shards"]["train"] == ["train/shard-00000.safetensors", "train/shard-00001.safetensors"]
+    assert manifest["counts"]["train"]["samples"] == 4
+
+
+def test_resume_skips_finished_shards_and_refuses_other_settings(target, tmp_path):
+    config = DistillConfig(out=str(tmp_path / "d"), max_new_tokens=8, batch_size=2, shard_size=2)
+    run_distill(config, target, {"train": PROMPTS}, progress=False)
+    first = [s.input_ids.tolist() for s in iter_samples(tmp_path / "d", "train")]
+    manifest_path = tmp_path / "d" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    finished = tmp_path / "d" / manifest["shards"]["train"][0]
+    stamp = finished.stat().st_mtime_ns
+    manifest["shards"]["train"] = manifest["shards"]["train"][:1]  # as if killed after the first shard
+    manifest_path.write_text(json.dumps(manifest))
+    run_distill(config, target, {"train": PROMPTS}, progress=False)
+    assert finished.stat().st_mtime_ns == stamp
+    assert [s.input_ids.tolist() for s in iter_samples(tmp_path / "d", "train")] == first
+    with pytest.raises(SpecbenchError, match="other settings"):
+        run_distill(DistillConfig(out=str(tmp_path / "d"), max_new_tokens=9, batch_size=2, shard_size=2), target,
+                    {"train": PROMPTS}, progress=False)
+
+
+def test_sharegpt_parser_stops_at_the_cut():
+    text = '[{"conversations": [{"from": "human", "value": " hi "}]}, {"conversations": [{"from": "gpt", "value": "x"}]},\n {"conversations": [{"from": "hum'
+    items = list(iter_items(text))
+    assert len(items) == 2
+    assert first_human_turn(items[0]) == "hi" and first_human_turn(items[1]) is None
