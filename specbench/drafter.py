@@ -32,6 +32,7 @@ class TargetHandle:
     device: torch.device
     dtype: torch.dtype
     name: str = ""
+    sha256: str | None = None  # identity of the weights (GGUF file hash or directory fingerprint)
 
 
 @dataclass

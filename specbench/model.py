@@ -143,6 +143,7 @@ class TargetModel:
             device=self.device,
             dtype=self.dtype,
             name=source.name if source else getattr(model.config, "name_or_path", ""),
+            sha256=source.sha256 if source else None,
         )
         self.eos_ids = _eos_ids(model, tokenizer)
         windows = getattr(self.config, "layer_types", None) or []

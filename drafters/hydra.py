@@ -1,0 +1,77 @@
+"""hydra: sequentially dependent heads, so each draft depth conditions on the draft path so far.
+
+Head d (d = 1..K) guesses the token d places after the root from ``[h; E(root); E(y_1) ... E(y_{d-1})]``
+(the target's last hidden state and the embeddings of the path above the new node): one
+``h + SiLU(W_d [...] + b_d)`` block (W zero-initialised) then optional residual blocks, then the target's
+frozen ``lm_head``. The tree has the same static rank-path shape as medusa's, but is expanded depth by
+depth: every node at depth d - 1 that has children runs head d on its own path (batched per depth).
+Training is teacher-forced on the target's own tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafters.medusa import HeadDrafter, ResBlock
+from specbench.tree import DraftTree
+
+
+class HydraHead(nn.Module):
+    def __init__(self, hidden: int, depth: int, num_layers: int = 1) -> None:
+        super().__init__()
+        self.depth = depth  # tokens it sees: root, y_1 .. y_{depth-1}
+        self.mix = nn.Linear(hidden * (depth + 1), hidden)
+        nn.init.zeros_(self.mix.weight)
+        nn.init.zeros_(self.mix.bias)
+        self.blocks = nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers - 1)])
+
+    def forward(self, h: torch.Tensor, path_embeddings: torch.Tensor) -> torch.Tensor:
+        """h [B, H], path_embeddings [B, depth, H] -> features [B, H]."""
+        joined = torch.cat([h, path_embeddings.flatten(1)], dim=-1)  # [B, (depth + 1) H]
+        return self.blocks(h + nn.functional.silu(self.mix(joined)))
+
+
+class HydraHeads(nn.Module):
+    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(HydraHead(hidden, d + 1, num_layers) for d in range(num_heads))
+
+    def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced features [K, B, H]: head d sees the true root .. y_{d-1} (window_embeddings [B, K, H])."""
+        return torch.stack([head(h, window_embeddings[:, : head.depth]) for head in self.heads])
+
+
+class HydraDrafter(HeadDrafter):
+    """Hydra-style heads; options: ``checkpoint`` (path stem), ``max_rank``."""
+
+    method = "hydra"
+
+    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
+        config = recipe["hyperparameters"]
+        return HydraHeads(target.config.hidden_size, config["num_heads"], config["num_layers"])
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        shape = self.static_tree(ctx.budget)
+        if len(shape) == 1:
+            return DraftTree.root_only(ctx.root)
+        embed, device = ctx.target.embed_tokens, ctx.target.device
+        h = ctx.hidden[-1]  # [H]
+        tokens = torch.zeros(len(shape), dtype=torch.long)
+        tokens[0] = ctx.root
+        path_embeddings = {0: embed(torch.tensor([ctx.root], device=device))}  # node -> [depth + 1, H]
+        for depth, parents in enumerate(shape.parents_by_depth, start=1):
+            stacked = torch.stack([path_embeddings[p] for p in parents])  # [P, depth, H]
+            features = self.module.heads[depth - 1](h.expand(len(parents), -1), stacked)  # [P, H]
+            top = ctx.target.lm_head(features).topk(shape.max_rank, dim=-1).indices.cpu()  # [P, R]
+            children = [(child, row) for row, p in enumerate(parents) for child in shape.children[p]]
+            index = torch.tensor([c for c, _ in children])
+            tokens[index] = top[torch.tensor([r for _, r in children]), torch.tensor([shape.ranks[c] for c, _ in children])]
+            if depth < shape.max_depth:
+                new = embed(tokens[index].to(device))  # [C, H]
+                for i, (child, row) in enumerate(children):
+                    if shape.children[child]:
+                        path_embeddings[child] = torch.cat([stacked[row], new[i : i + 1]])
+        return shape.draft_tree(ctx.root, tokens[1:])

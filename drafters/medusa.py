@@ -1,0 +1,122 @@
+"""medusa: K extra heads on the target's last hidden state, each guessing one token further ahead.
+
+Head k (k = 1..K) is a residual block ``h + SiLU(W_k h + b_k)`` (W zero-initialised) followed by the
+target's frozen ``lm_head`` (shared, not copied), and guesses the token k places after the root. A
+proposal takes each head's top candidates and places them in a static tree of rank paths built from
+the heads' measured top-k accuracies under the node budget (Medusa's cartesian placement: the rank-r
+token of head d sits at every depth-d node of rank r, whatever its parent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specbench.checkpoint import load_checkpoint
+from specbench.drafter import DraftContext, Drafter, TargetHandle
+from specbench.drafters.static_tree import StaticTree
+from specbench.errors import SpecbenchError
+from specbench.tree import DraftTree
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+
+
+class ResBlock(nn.Module):
+    """``h + SiLU(W h + b)``; zero-initialised so an untrained block is the identity."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + nn.functional.silu(self.linear(h))
+
+
+class MedusaHeads(nn.Module):
+    """K heads; ``forward(h [..., H]) -> features [K, ..., H]`` (apply the target's lm_head for logits)."""
+
+    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers)]) for _ in range(num_heads))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.stack([head(h) for head in self.heads])
+
+    def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
+        """Features [K, B, H] for hidden [B, H]; Medusa heads ignore the draft path's tokens."""
+        return self(h)
+
+
+def default_checkpoint(method: str, target: TargetHandle) -> Path:
+    """The shipped checkpoint for ``target`` (matched by the weights' hash), if there is one."""
+    if target.sha256:
+        for recipe in sorted(CHECKPOINTS.glob(f"{method}-*.json")):
+            if target.sha256[:16] in recipe.name:
+                return recipe.with_suffix("")
+    raise SpecbenchError(
+        f"no shipped {method} checkpoint for target {target.name}; train one with "
+        f"`specbench train {method} --model ...` and pass --drafter-option {method}.checkpoint=PATH"
+    )
+
+
+class HeadDrafter(Drafter):
+    """Shared plumbing of drafters whose weights come from a checkpoint with measured accuracies."""
+
+    method = ""
+
+    def __init__(self, checkpoint: str | None = None, max_rank: int = 8) -> None:
+        super().__init__()
+        self.checkpoint, self.max_rank = checkpoint, max_rank
+        self.module: nn.Module | None = None
+        self.accuracy: list[list[float]] = []
+        self._trees: dict[int, StaticTree] = {}
+        self._loaded_for: str | None = None
+
+    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
+        raise NotImplementedError
+
+    def reset(self, target: TargetHandle) -> None:
+        key = f"{target.name}:{target.sha256}:{target.device}:{target.dtype}"
+        if self._loaded_for == key:
+            return
+        stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
+        state, recipe = load_checkpoint(stem, target)
+        module = self.build_module(recipe, target)
+        module.load_state_dict(state)
+        self.module = module.to(device=target.device, dtype=target.dtype).eval()
+        self.accuracy = [row[: self.max_rank] for row in recipe["metrics"]["heldout_topk_accuracy"]]
+        self._trees, self._loaded_for = {}, key
+        self.recipe = recipe
+
+    def static_tree(self, budget: int) -> StaticTree:
+        if budget not in self._trees:
+            self._trees[budget] = StaticTree.from_accuracies(self.accuracy, budget)
+        return self._trees[budget]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.module.parameters()) if self.module is not None else 0
+
+
+class MedusaDrafter(HeadDrafter):
+    """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem), ``max_rank``."""
+
+    method = "medusa"
+
+    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
+        config = recipe["hyperparameters"]
+        return MedusaHeads(target.config.hidden_size, config["num_heads"], config["num_layers"])
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        shape = self.static_tree(ctx.budget)
+        if len(shape) == 1:
+            return DraftTree.root_only(ctx.root)
+        logits = ctx.target.lm_head(self.module(ctx.hidden[-1]))  # [K, V]
+        top = logits.topk(shape.max_rank, dim=-1).indices  # [K, R]
+        depths = torch.tensor(shape.depths[1:]) - 1
+        ranks = torch.tensor(shape.ranks[1:])
+        return shape.draft_tree(ctx.root, top.cpu()[depths, ranks])  # tokens [n - 1]

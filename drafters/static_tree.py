@@ -1,0 +1,107 @@
+"""A static draft-tree shape given as rank paths (Medusa's "choices"), shared by medusa and hydra.
+
+A rank path ``(r1, ..., rd)`` is the node reached by taking the r1-th best candidate at depth 1, then
+the r2-th best at depth 2, and so on. The shape is chosen greedily from measured accuracies:
+``accuracy[d][r]`` = P(the rank-r candidate at depth d+1 is the target's token), and a node's value is
+the product of its path's accuracies (its probability of being accepted, assuming independence). Nodes
+are taken best first until the budget is used, so every node's parent is taken before it and node
+indices are already in the DraftTree order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
+
+import torch
+
+from specbench.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class StaticTree:
+    """paths[i]: rank path of node i (node 0 = root = ()); parents, depths, ranks per node."""
+
+    paths: tuple[tuple[int, ...], ...]
+    parents: tuple[int, ...]
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[Sequence[int]]) -> "StaticTree":
+        ordered = [()] + sorted({tuple(p) for p in paths if p}, key=lambda p: (len(p), p))
+        index = {path: i for i, path in enumerate(ordered)}
+        missing = [p for p in ordered[1:] if p[:-1] not in index]
+        if missing:
+            raise ValueError(f"rank paths without their parent: {missing[:3]}")
+        return cls(tuple(ordered), tuple([-1] + [index[p[:-1]] for p in ordered[1:]]))
+
+    @classmethod
+    def from_accuracies(cls, accuracy: Sequence[Sequence[float]], budget: int) -> "StaticTree":
+        """The ``budget``-node tree (root included) of highest total acceptance probability."""
+        depth_limit, ranks = len(accuracy), len(accuracy[0]) if accuracy else 0
+        chosen: list[tuple[int, ...]] = [()]
+        frontier = [(-accuracy[0][r], (r,)) for r in range(ranks)] if depth_limit else []
+        heapq.heapify(frontier)
+        while frontier and len(chosen) < budget:
+            negative, path = heapq.heappop(frontier)
+            chosen.append(path)
+            if len(path) < depth_limit:
+                for r in range(ranks):
+                    heapq.heappush(frontier, (negative * accuracy[len(path)][r], path + (r,)))
+        index = {path: i for i, path in enumerate(chosen)}
+        return cls(tuple(chosen), tuple([-1] + [index[p[:-1]] for p in chosen[1:]]))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @cached_property
+    def depths(self) -> list[int]:
+        return [len(p) for p in self.paths]
+
+    @cached_property
+    def ranks(self) -> list[int]:
+        """Rank of each node among its siblings' candidates (root: 0)."""
+        return [p[-1] if p else 0 for p in self.paths]
+
+    @cached_property
+    def children(self) -> dict[int, list[int]]:
+        """Node -> its children's node indices."""
+        out: dict[int, list[int]] = {i: [] for i in range(len(self))}
+        for i, p in enumerate(self.parents[1:], start=1):
+            out[p].append(i)
+        return out
+
+    @cached_property
+    def parents_by_depth(self) -> list[list[int]]:
+        """For depth d = 1..max_depth, the nodes at depth d - 1 that have children."""
+        children = self.children
+        return [[i for i, path in enumerate(self.paths) if len(path) == d - 1 and children[i]]
+                for d in range(1, self.max_depth + 1)]
+
+    @cached_property
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+    @cached_property
+    def max_rank(self) -> int:
+        return max(self.ranks) + 1
+
+    def expected_accepted(self, accuracy: Sequence[Sequence[float]]) -> float:
+        """Expected accepted length (drafts + bonus) under the independence assumption: 1 + sum of path
+        probabilities (every node's probability of being on the accepted path, summed)."""
+        total = 1.0
+        for path in self.paths[1:]:
+            p = 1.0
+            for depth, rank in enumerate(path):
+                p *= accuracy[depth][rank]
+            total += p
+        return total
+
+    def draft_tree(self, root: int, tokens: torch.Tensor) -> DraftTree:
+        """A DraftTree of this shape; ``tokens``: LongTensor[n - 1], the non-root nodes' tokens."""
+        tree = DraftTree(torch.cat([torch.tensor([root], dtype=torch.long), tokens.to("cpu", torch.long)]),
+                         torch.tensor(self.parents, dtype=torch.long))
+        tree._parents_list = list(self.parents)
+        tree._depths = list(self.depths)
+        return tree

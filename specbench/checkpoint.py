@@ -1,0 +1,48 @@
+"""Drafter checkpoints: ``<stem>.safetensors`` (weights) + ``<stem>.json`` (the recipe).
+
+The recipe records the target the weights were trained for (name and hash), the data slice, seed,
+hyper-parameters and held-out metrics. Loading a checkpoint for another target is refused with a clear
+message: heads trained on one model's hidden states mean nothing on another's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from specbench.drafter import TargetHandle
+from specbench.errors import SpecbenchError
+
+
+def save_checkpoint(stem: Path, state: dict[str, torch.Tensor], recipe: dict) -> None:
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(stem.with_suffix(".safetensors")))
+    stem.with_suffix(".json").write_text(json.dumps(recipe, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def target_identity(target: TargetHandle) -> dict:
+    """What a recipe records about the target it was trained for."""
+    return {"name": target.name, "sha256": target.sha256, "hidden_size": target.config.hidden_size,
+            "vocab_size": target.config.vocab_size}
+
+
+def load_checkpoint(stem: Path, target: TargetHandle) -> tuple[dict, dict]:
+    """(state dict, recipe); raises `SpecbenchError` if missing or trained for another target."""
+    stem = Path(stem)
+    weights, recipe_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    if not weights.exists() or not recipe_path.exists():
+        raise SpecbenchError(f"checkpoint {stem} needs both {weights.name} and {recipe_path.name}")
+    recipe = json.loads(recipe_path.read_text(encoding="utf-8"))
+    trained_for = recipe.get("target", {})
+    mine = target_identity(target)
+    if any(trained_for.get(key) != mine[key] for key in mine if key != "name"):
+        raise SpecbenchError(
+            f"checkpoint {stem.name} was trained for target {trained_for.get('name')} "
+            f"(sha256 {str(trained_for.get('sha256'))[:12]}), not {mine['name']} (sha256 {str(mine['sha256'])[:12]}); "
+            f"train one for this model with `specbench train`"
+        )
+    return load_file(str(weights)), recipe

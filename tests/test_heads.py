@@ -1,0 +1,89 @@
+"""Medusa and Hydra heads on a tiny model: static tree construction, a CI-sized training run (loss falls,
+checkpoint round-trips, resume), lossless drafting with the trained heads, and refusal of a checkpoint
+trained for another target."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from conftest import build_tiny_model, make_target, plain_greedy
+from specbench.drafters.hydra import HydraDrafter
+from specbench.drafters.medusa import MedusaDrafter
+from specbench.drafters.static_tree import StaticTree
+from specbench.drafters.training.distill import DistillConfig, run_distill
+from specbench.drafters.training.heads import HeadTrainConfig, position_dataset, train_heads
+from specbench.errors import SpecbenchError
+from specbench.harness.loop import generate
+
+DRAFTERS = {"medusa": MedusaDrafter, "hydra": HydraDrafter}
+
+
+def test_static_tree_from_accuracies_is_greedy_and_valid():
+    accuracy = [[0.6, 0.2, 0.1], [0.5, 0.2, 0.1], [0.4, 0.1, 0.05]]
+    tree = StaticTree.from_accuracies(accuracy, budget=6)
+    # values: (0)=.6 (0,0)=.3 (1)=.2 (0,0,0)=.12 (0,1)=.12 -> ties broken by path order
+    assert tree.paths == ((), (0,), (0, 0), (1,), (0, 0, 0), (0, 1))
+    assert tree.parents == (-1, 0, 1, 0, 2, 1)
+    assert tree.depths == [0, 1, 2, 1, 3, 2] and tree.ranks == [0, 0, 0, 1, 0, 1]
+    assert tree.parents_by_depth == [[0], [1], [2]]
+    assert tree.expected_accepted(accuracy) == pytest.approx(1 + 0.6 + 0.3 + 0.2 + 0.12 + 0.12)
+    assert len(StaticTree.from_accuracies(accuracy, budget=1)) == 1
+    assert len(StaticTree.from_accuracies(accuracy, budget=100)) == 1 + 3 + 9 + 27
+    draft = tree.draft_tree(7, torch.tensor([1, 2, 3, 4, 5]))
+    draft.validate(7, 6)
+    assert draft.depths() == tree.depths
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target(build_tiny_model("llama"))
+
+
+@pytest.fixture(scope="module")
+def cache(target, tmp_path_factory):
+    rng = random.Random(0)
+    prompts = [[rng.randrange(90) for _ in range(rng.randint(3, 10))] for _ in range(24)]
+    out = tmp_path_factory.mktemp("distill")
+    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8), target,
+                {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
+    return out
+
+
+def test_position_dataset_windows(cache):
+    hidden, windows = position_dataset(cache, "train", lookahead=3)
+    assert hidden.shape[0] == windows.shape[0] == 20 * 24  # 24 response tokens each, no EOS in the tiny model
+    assert windows.shape[1] == 4 and (windows[:, 0] >= 0).all()
+    assert (windows[-1, 1:] == -100).all()  # the last position of a sample has nothing after its root
+
+
+@pytest.mark.parametrize("method", ["medusa", "hydra"])
+def test_training_lowers_loss_and_round_trips(method, target, cache, tmp_path):
+    config = HeadTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_heads=3, epochs=2,
+                             lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4)
+    recipe = train_heads(config, target, progress=False)
+    first, last = recipe["history"][0]["first_batch_loss"], recipe["history"][-1]["train_loss_per_head"]
+    assert sum(last) < sum(first)
+    saved = json.loads((tmp_path / f"{method}.json").read_text())
+    assert saved["metrics"]["heldout_topk_accuracy"] == recipe["metrics"]["heldout_topk_accuracy"]
+    assert len(saved["metrics"]["heldout_top1"]) == 3 and saved["parameters"] > 0
+    # resume: epoch checkpoints exist; a rerun picks up after the last one and gives the same weights
+    assert (tmp_path / f"{method}.epoch2.pt").exists()
+    again = train_heads(config, target, progress=False)
+    assert again["metrics"] == recipe["metrics"]
+
+    drafter = DRAFTERS[method](checkpoint=str(tmp_path / method))
+    for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
+        for budget in (1, 4, 12):
+            result = generate(target, drafter, prompt, 20, budget)
+            assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)
+            assert max(step.nodes for step in result.steps) <= budget
+    assert drafter.num_parameters() == saved["parameters"]
+
+    other = make_target(build_tiny_model("qwen2"))
+    object.__setattr__(other.handle, "sha256", "f" * 64)
+    with pytest.raises(SpecbenchError, match="trained for target"):
+        DRAFTERS[method](checkpoint=str(tmp_path / method)).reset(other.handle)
