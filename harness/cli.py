@@ -84,6 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
     distill.add_argument("--no-progress", action="store_true")
 
+    train = commands.add_parser("train", help="train a drafter's heads on a distillation cache (target frozen)")
+    train.add_argument("method", help="medusa or hydra")
+    train.add_argument("--model", default="default")
+    train.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
+    train.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
+    train.add_argument("--num-heads", type=int, default=4)
+    train.add_argument("--num-layers", type=int, default=1)
+    train.add_argument("--epochs", type=int, default=2)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--batch-size", type=int, default=256)
+    train.add_argument("--max-train-positions", type=int, default=None)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--threads", type=int, default=None)
+    train.add_argument("--no-progress", action="store_true")
+
     report = commands.add_parser("report", help="tables and charts from run directories' answer files (never a model)")
     report.add_argument("dirs", nargs="+", help="run directories; several are merged (e.g. two models), each "
                         "labelled by its manifest; each also gets its summary.csv rewritten")
@@ -207,7 +222,36 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"distill": cmd_distill, "run": cmd_run, "list-drafters": cmd_list_drafters, "report": cmd_report}
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.drafters.training.heads import MODULES, HeadTrainConfig, train_heads
+    from specbench.model import cache_root, load_target, resolve_model
+
+    if args.method not in MODULES:
+        raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(MODULES)}")
+    for name in ("num_heads", "num_layers", "epochs", "batch_size"):
+        if getattr(args, name) < 1:
+            raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    source = resolve_model(args.model)
+    tag = f"{source.name}-{source.sha256[:16]}"
+    cache = args.cache or str(cache_root() / "distill" / tag)
+    if not Path(cache, "manifest.json").exists():
+        raise SpecbenchError(f"no distillation cache at {cache}; run `specbench distill --model {args.model}` first")
+    out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
+    config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
+                             num_layers=args.num_layers, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                             max_train_positions=args.max_train_positions, seed=args.seed)
+    recipe = train_heads(config, load_target(args.model), progress=not args.no_progress)
+    metrics = recipe["metrics"]
+    print(f"{args.method}: held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
+          f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}; {recipe['training_seconds']:.0f} s; wrote {out}.safetensors/.json")
+    return 0
+
+
+COMMANDS = {"distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
