@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="tables and charts from run directories' answer files (never a model)")
     report.add_argument("dirs", nargs="+", help="run directories; several are merged (e.g. two models), each "
                         "labelled by its manifest; each also gets its summary.csv rewritten")
-    report.add_argument("--out", default=None, help="report folder (default DIR/report for one run; required for several)")
+    report.add_argument("--out", default=None,
+                        help="report folder (default DIR/report for one run; required for several)")
     report.add_argument("--formats", default="md,html,tex,csv", help="table formats: md,html,tex,csv (default all)")
     report.add_argument("--charts", default="png,pdf", help="chart formats: png,pdf,svg, or none (default png,pdf)")
     report.add_argument("--dpi", type=int, default=200, help="PNG resolution (default 200)")

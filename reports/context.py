@@ -1,0 +1,79 @@
+"""Run context for every report: what was measured, on what, with which versions, when, by which command,
+read from the run's ``manifest.json`` (fields written by `harness.runner.build_manifest`)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pandas as pd
+
+from specbench.reports.runs import RunResults
+
+FIELDS = ("Run directory", "Model", "Parameters", "Model sha256", "dtype", "Device", "Threads", "Versions",
+          "git", "Drafters", "Tree budget", "Max new tokens", "Repeats", "Timing", "Questions", "Date",
+          "Command line")
+
+
+def _short(value: object, n: int = 12) -> str:
+    return str(value)[:n] if value else "?"
+
+
+def _command(argv: list[str] | str | None) -> str:
+    if not argv:
+        return "?"
+    if isinstance(argv, str):
+        return argv
+    return shlex.join([Path(argv[0]).name, *argv[1:]])
+
+
+def _parameters(count: object) -> str:
+    if not isinstance(count, (int, float)):
+        return "?"
+    return f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.1f} M"
+
+
+def run_context(run: RunResults) -> dict[str, str]:
+    """Field -> text, in `FIELDS` order; '?' where the manifest does not say."""
+    manifest = run.manifest
+    if manifest is None:
+        return {name: ("no manifest.json" if name != "Run directory" else str(run.path)) for name in FIELDS}
+    config, env = manifest.get("config") or {}, manifest.get("environment") or {}
+    model, data = manifest.get("model") or {}, manifest.get("data") or {}
+    device = config.get("device", "?")
+    hardware = env.get("cuda_device") if str(device).startswith("cuda") else env.get("processor")
+    if not hardware and env.get("cpu_count"):
+        hardware = f"{env['cpu_count']} CPUs"
+    versions = ", ".join(f"{name} {env.get(key) or manifest.get(key)}" for name, key in
+                         (("specbench", "specbench_version"), ("torch", "torch"), ("transformers", "transformers"),
+                          ("python", "python")) if env.get(key) or manifest.get(key))
+    questions = data.get("questions") or []
+    timing = "per-stage breakdown (--breakdown)" if config.get("breakdown") else "wall time per turn (headline)"
+    return {
+        "Run directory": str(run.path),
+        "Model": f"{model.get('name', '?')} ({model.get('architecture', '?')})",
+        "Parameters": _parameters(model.get("parameters")),
+        "Model sha256": _short(model.get("sha256")),
+        "dtype": str(config.get("dtype", "?")),
+        "Device": f"{device} ({hardware})" if hardware else str(device),
+        "Threads": str(env.get("torch_threads") or config.get("threads") or "?"),
+        "Versions": versions or "?",
+        "git": _short(manifest.get("git_sha")),
+        "Drafters": ", ".join(config.get("drafters") or []) or "?",
+        "Tree budget": str(config.get("tree_budget", "?")),
+        "Max new tokens": str(config.get("max_new_tokens", "?")),
+        "Repeats": str(config.get("repeats", "?")),
+        "Timing": timing,
+        "Questions": f"{len(questions)} from {Path(str(data.get('path', '?'))).name} "
+                     f"(sha256 {_short(data.get('sha256'))})",
+        "Date": str(manifest.get("started", "?")),
+        "Command line": _command(manifest.get("command")),
+    }
+
+
+def context_table(runs: list[RunResults]) -> pd.DataFrame:
+    """Fields as rows, one column per run (labelled)."""
+    columns = {run.label: run_context(run) for run in runs}
+    frame = pd.DataFrame(columns, index=list(FIELDS))
+    frame.index.name = "Field"
+    return frame.reset_index()

@@ -1,0 +1,270 @@
+"""Report tables, built from answer records with `reports.summary` and `specbench.metrics` (no formula is
+re-implemented here). Each `Table` holds the numbers (for CSV and charts) and their display strings (for
+Markdown, HTML and LaTeX).
+
+Rows of the category table, per drafter: every category in file order, ``overall``, then ``turn 1``,
+``turn 2``, ... (the same summary computed over one turn of every question). Acceptance per depth counts
+a step at depth d only when it proposed a node at depth d (the step record's ``depth``), so a step that
+proposed nothing is no rejection; records without ``depth`` fall back to counting every step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specbench import metrics
+from specbench.reports.runs import RunResults
+from specbench.reports.summary import BASELINE, OVERALL, question_table, summarize
+
+SHOWN_DEPTHS = 4  # acceptance columns in the displayed category table (the CSV has every depth)
+STAGE_ORDER = ("verify", "draft", "transform", "accept", "other")
+STAGE_LABELS = {"verify": "target forward", "draft": "draft module", "transform": "transform",
+                "accept": "accept + KV commit", "other": "other"}
+STAGE_HEADERS = {"verify": "Target forward", "draft": "Draft module", "transform": "Transform",
+                 "accept": "Accept + KV commit", "other": "Other"}
+DASH = "–"
+
+
+@dataclass
+class Table:
+    """One table: ``data`` holds numbers (CSV, charts), ``display`` the same table as text."""
+
+    name: str
+    title: str
+    data: pd.DataFrame
+    display: pd.DataFrame
+    note: str = ""
+
+
+def fmt(value: float, digits: int = 2, suffix: str = "") -> str:
+    return DASH if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}{suffix}"
+
+
+def pct(value: float) -> str:
+    return DASH if value is None or math.isnan(value) else f"{100 * value:.0f}%"
+
+
+def drafter_order(names) -> list[str]:
+    """Vanilla first, then the order given."""
+    names = list(dict.fromkeys(names))
+    return sorted(names, key=lambda name: (name != BASELINE, names.index(name)))
+
+
+# ---- records -> steps and turns ------------------------------------------------------------------------------
+def step_table(answers: dict[str, list[dict]]) -> pd.DataFrame:
+    """One row per verification step: drafter, question_id, category, turn (1-based), accepted, depth, nodes."""
+    rows = []
+    for drafter, records in answers.items():
+        for record in records:
+            for turn, steps in enumerate(record["choices"][0]["steps"], start=1):
+                rows += [(drafter, record["question_id"], record["category"], turn, step["accepted"],
+                          step.get("depth", np.nan), step.get("nodes", np.nan)) for step in steps]
+    return pd.DataFrame(rows, columns=["drafter", "question_id", "category", "turn", "accepted", "depth", "nodes"])
+
+
+def turn_answers(answers: dict[str, list[dict]], turn: int) -> dict[str, list[dict]]:
+    """The same records cut down to one turn (0-based), so `summarize` reports that turn alone."""
+    out: dict[str, list[dict]] = {}
+    for drafter, records in answers.items():
+        for record in records:
+            choice = record["choices"][0]
+            if turn >= len(choice["turns"]):
+                continue
+            one = {key: [choice[key][turn]] for key in ("turns", "new_tokens", "wall_time", "decoding_steps",
+                                                         "output_ids", "steps")}
+            prefill = choice.get("prefill_ms") or []
+            one["prefill_ms"] = [prefill[turn]] if len(prefill) > turn else []
+            one["accept_lengths"] = [step["accepted"] for step in choice["steps"][turn]]
+            divergence = record.get("first_divergence")
+            cut = None if divergence is None else [divergence[turn]]
+            out.setdefault(drafter, []).append({**record, "choices": [one], "first_divergence": cut,
+                                                "equal_to_vanilla": None if cut is None else cut[0] is None})
+    return out
+
+
+def acceptance(steps: pd.DataFrame, max_depth: int) -> tuple[list[float], list[float]]:
+    """`metrics.acceptance_by_depth` of these steps, conditioned on the proposed depth when recorded."""
+    depths = None if steps["depth"].isna().any() else steps["depth"].astype(int).to_numpy()
+    return metrics.acceptance_by_depth(steps["accepted"].to_numpy(), max_depth, depths)
+
+
+def max_depth(steps: pd.DataFrame) -> int:
+    """Deepest proposed node (or deepest acceptance when depths are not recorded)."""
+    if steps.empty:
+        return 0
+    if steps["depth"].isna().any():
+        return int(steps["accepted"].max()) - 1
+    return int(steps["depth"].max())
+
+
+# ---- the category table ----------------------------------------------------------------------------------------
+def category_summary(answers: dict[str, list[dict]]) -> pd.DataFrame:
+    """`summarize` rows plus per-turn rows, steps, share of steps with a draft, acceptance per depth."""
+    summary = summarize(answers)
+    turns = max(len(record["choices"][0]["turns"]) for records in answers.values() for record in records)
+    per_turn = []
+    for turn in range(turns):
+        rows = summarize(turn_answers(answers, turn))
+        rows = rows[rows["category"] == OVERALL].assign(category=f"turn {turn + 1}")
+        per_turn.append(rows)
+    table = pd.concat([summary, *per_turn], ignore_index=True)
+    table["order"] = [drafter_order(answers).index(d) for d in table["drafter"]]
+    table = table.sort_values("order", kind="stable").drop(columns="order").reset_index(drop=True)
+
+    steps = step_table(answers)
+    deepest = max_depth(steps)
+    extra = []
+    for drafter, category in zip(table["drafter"], table["category"]):
+        mine = steps[steps["drafter"] == drafter]
+        if category.startswith("turn "):
+            mine = mine[mine["turn"] == int(category.split()[1])]
+        elif category != OVERALL:
+            mine = mine[mine["category"] == category]
+        unconditional, conditional = acceptance(mine, deepest)
+        proposed = (mine["depth"] > 0).mean() if not mine["depth"].isna().any() else np.nan
+        extra.append({"steps": len(mine), "proposed_share": proposed,
+                      **{f"accept_{d}": u for d, u in enumerate(unconditional, start=1)},
+                      **{f"accept_cond_{d}": c for d, c in enumerate(conditional, start=1)}})
+    return pd.concat([table, pd.DataFrame(extra)], axis=1)
+
+
+def _speedup_cell(row: pd.Series) -> str:
+    if row["drafter"] == BASELINE:
+        return "1.00 (ref)"
+    if math.isnan(row["speedup"]):
+        return DASH
+    return f"{row['speedup']:.2f} [{fmt(row['speedup_ci_low'])}, {fmt(row['speedup_ci_high'])}]"
+
+
+def category_table(data: pd.DataFrame) -> Table:
+    """The per drafter x category table from `category_summary`'s numbers."""
+    depths = [c for c in data.columns if c.startswith("accept_cond_")][:SHOWN_DEPTHS]
+    display = pd.DataFrame({
+        "Drafter": data["drafter"],
+        "Category": data["category"],
+        "Questions": data["n_questions"].astype(str),
+        "Tokens/s": [fmt(v, 1) for v in data["tokens_per_s"]],
+        "τ": [fmt(v) for v in data["tau"]],
+        "Speedup [95% CI]": [_speedup_cell(row) for _, row in data.iterrows()],
+        "Equal to vanilla": ["ref" if d == BASELINE else pct(v)
+                             for d, v in zip(data["drafter"], data["equal_to_vanilla"])],
+        "Drafted": [DASH if d == BASELINE else pct(v) for d, v in zip(data["drafter"], data["proposed_share"])],
+        **{f"α{c.rsplit('_', 1)[1]}": [pct(v) for v in data[c]] for c in depths},
+    })
+    note = ("τ: mean tokens per verification step (accepted drafts + bonus). Speedup: vanilla's time per token "
+            "over the drafter's, same questions, paired bootstrap 95% CI over questions. Equal to vanilla: "
+            "share of (question, turn) outputs identical to vanilla's, token for token. Drafted: share of steps where "
+            "the drafter proposed anything. αd: acceptance at depth d "
+            "given depth d-1 was accepted, over steps that proposed depth d. Turn rows: every question's turn alone.")
+    return Table("by_category", "Per drafter and category", data, display, note)
+
+
+# ---- paper-style tables ------------------------------------------------------------------------------------
+def _speedup_tau(speedup: float, tau: float) -> str:
+    if math.isnan(tau):
+        return DASH
+    return f"{DASH} / {fmt(tau)}" if math.isnan(speedup) else f"{fmt(speedup)}× / {fmt(tau)}"
+
+
+def paper_table(runs: list[RunResults], summaries: dict[str, pd.DataFrame]) -> Table:
+    """Drafters as rows, runs as columns, overall "speedup / τ" (CTC-drafter Table 1 style)."""
+    drafters = drafter_order(d for run in runs for d in summaries[run.label]["drafter"])
+    data_rows, shown = [], []
+    for drafter in drafters:
+        numbers, cells = {"drafter": drafter}, {"Drafter": drafter}
+        for run in runs:
+            table = summaries[run.label]
+            row = table[(table["drafter"] == drafter) & (table["category"] == OVERALL)]
+            speedup, tau = (row["speedup"].iloc[0], row["tau"].iloc[0]) if len(row) else (np.nan, np.nan)
+            numbers[f"{run.label} speedup"], numbers[f"{run.label} tau"] = speedup, tau
+            cells[run.label] = _speedup_tau(speedup, tau)
+        data_rows.append(numbers)
+        shown.append(cells)
+    note = "Overall speedup over vanilla / τ (mean tokens per step), all categories and turns; one column per run."
+    return Table("paper", "Speedup / τ", pd.DataFrame(data_rows), pd.DataFrame(shown), note)
+
+
+def category_paper_table(summary: pd.DataFrame) -> Table:
+    """Drafters as rows, categories (and overall) as columns, "speedup / τ" per cell."""
+    rows = summary[~summary["category"].str.startswith("turn ")]
+    categories = list(dict.fromkeys(rows["category"]))
+    data = rows.pivot(index="drafter", columns="category", values=["speedup", "tau"])
+    drafters = drafter_order(rows["drafter"])
+    shown = pd.DataFrame({"Drafter": drafters, **{
+        category: [_speedup_tau(data.loc[d, ("speedup", category)], data.loc[d, ("tau", category)]) for d in drafters]
+        for category in categories}})
+    numbers = rows[["drafter", "category", "speedup", "tau"]].reset_index(drop=True)
+    note = "Speedup over vanilla / τ per MT-bench category (the categories the run holds)."
+    return Table("speedup_tau_by_category", "Speedup / τ by category", numbers, shown, note)
+
+
+# ---- acceptance, histogram, breakdown ------------------------------------------------------------------------
+def acceptance_table(run: RunResults) -> Table | None:
+    """Rows: depth; per drafter (vanilla excluded): steps that proposed that depth, P(≥ d), P(d | d-1)."""
+    steps = step_table(run.answers)
+    steps = steps[steps["drafter"] != BASELINE]
+    deepest = max_depth(steps)
+    if deepest == 0:
+        return None
+    numbers, shown = [], {"Depth": [str(d) for d in range(1, deepest + 1)]}
+    for drafter in drafter_order(steps["drafter"]):
+        mine = steps[steps["drafter"] == drafter]
+        unconditional, conditional = acceptance(mine, deepest)
+        offered = [int((mine["depth"] >= d).sum()) if not mine["depth"].isna().any() else len(mine)
+                   for d in range(1, deepest + 1)]
+        for d in range(deepest):
+            numbers.append({"drafter": drafter, "depth": d + 1, "steps_proposing": offered[d],
+                            "accepted": unconditional[d], "accepted_given_previous": conditional[d]})
+        shown[f"{drafter}: steps"] = [str(n) for n in offered]
+        shown[f"{drafter}: P(≥d)"] = [pct(v) for v in unconditional]
+        shown[f"{drafter}: P(d | d-1)"] = [pct(v) for v in conditional]
+    note = ("Over all questions and turns. steps: steps that proposed a node at depth d; P(≥d): share of those "
+            "that accepted d drafts or more; P(d | d-1): the same among those that also accepted depth d-1.")
+    return Table("acceptance_by_depth", "Acceptance by depth", pd.DataFrame(numbers), pd.DataFrame(shown), note)
+
+
+def histogram_table(run: RunResults) -> Table | None:
+    """Rows: accepted length; per drafter (vanilla excluded) the share of steps (`metrics.accept_length_histogram`)."""
+    drafters = [d for d in drafter_order(run.answers) if d != BASELINE]
+    if not drafters:
+        return None
+    counts = {d: metrics.accept_length_histogram([a for r in run.answers[d] for a in r["choices"][0]["accept_lengths"]])
+              for d in drafters}
+    lengths = sorted({length for c in counts.values() for length in c})
+    totals = {d: max(sum(c.values()), 1) for d, c in counts.items()}
+    data = pd.DataFrame([{"drafter": d, "accepted_length": n, "steps": counts[d].get(n, 0),
+                          "share": counts[d].get(n, 0) / totals[d]} for d in drafters for n in lengths])
+    shown = pd.DataFrame({"Accepted length": [str(n) for n in lengths], **{
+        d: [f"{pct(counts[d].get(n, 0) / totals[d])} ({counts[d].get(n, 0)})" for n in lengths] for d in drafters}})
+    note = "Share of verification steps (count) by tokens emitted per step (accepted drafts + bonus)."
+    return Table("accept_lengths", "Accepted-length histogram", data, shown, note)
+
+
+def breakdown_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
+    """Per drafter: decode ms per token and each stage's share of decode time; None without stage times."""
+    overall = summary[(summary["category"] == OVERALL) & summary["other_share"].notna()]
+    if overall.empty:
+        return None
+    questions = question_table(run.answers)
+    rows = []
+    for _, row in overall.iterrows():
+        mine = questions[questions["drafter"] == row["drafter"]]
+        decoded = sum(sum(lengths) for lengths in mine["accept_lengths"])  # tokens emitted by decode steps
+        decode_ms = mine["wall_s"].sum() * 1000.0 - mine["prefill_ms"].sum()
+        per_token = decode_ms / decoded if decoded else np.nan
+        rows.append({"drafter": row["drafter"], "decode_ms_per_token": per_token, "prefill_ms": row["prefill_ms"],
+                     **{f"{stage}_share": row[f"{stage}_share"] for stage in STAGE_ORDER},
+                     **{f"{stage}_ms_per_token": row[f"{stage}_share"] * per_token for stage in STAGE_ORDER}})
+    data = pd.DataFrame(rows)
+    shown = pd.DataFrame({"Drafter": data["drafter"], "Decode ms/token": [fmt(v) for v in data["decode_ms_per_token"]],
+                          "Prefill ms/turn": [fmt(v, 1) for v in data["prefill_ms"]],
+                          **{STAGE_HEADERS[s]: [f"{100 * v:.1f}%" for v in data[f"{s}_share"]]
+                             for s in STAGE_ORDER}})
+    note = ("Shares of decode time (wall time minus prefill), all questions and turns. Target forward: the tree "
+            "verification forward; draft module: drafter.propose minus transform; accept: compare, KV commit, "
+            "drafter.accept; other: the rest of the loop. ms/token: decode time over tokens emitted by decode steps.")
+    return Table("latency_breakdown", "Latency breakdown", data, shown, note)
