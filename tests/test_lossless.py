@@ -286,7 +286,7 @@ def test_registered_drafter_is_lossless(tiny_target, reference, name, budget):
 
 @pytest.mark.parametrize(
     "options",
-    [dict(max_candidates=1), dict(max_candidates=6, max_depth=3), dict(max_ngram=1), dict(min_ngram=2, max_ngram=4)],
+    [dict(max_candidates=1), dict(max_candidates=6, max_depth=3), dict(min_ngram=1, max_ngram=1), dict(min_ngram=2, max_ngram=4)],
     ids=["chain", "wide", "unigram", "long-ngrams"],
 )
 def test_ngram_options_are_lossless(tiny_target, reference, options):
