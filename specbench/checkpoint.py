@@ -17,10 +17,15 @@ from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
 
 
-def save_checkpoint(stem: Path, state: dict[str, torch.Tensor], recipe: dict) -> None:
+def save_checkpoint(stem: Path, state: dict[str, torch.Tensor], recipe: dict,
+                    dtype: torch.dtype = torch.float16) -> None:
+    """Write weights (float16 by default: shipped checkpoints stay a few MB; loading casts them to the
+    run dtype) and the recipe."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(stem.with_suffix(".safetensors")))
+    tensors = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous() for k, v in state.items()}
+    save_file(tensors, str(stem.with_suffix(".safetensors")))
+    recipe = recipe | {"stored_dtype": str(dtype).removeprefix("torch.")}
     stem.with_suffix(".json").write_text(json.dumps(recipe, indent=2, default=str) + "\n", encoding="utf-8")
 
 
