@@ -168,3 +168,35 @@ def reference(tiny_target):
         return memo[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def drafter_for(tmp_path_factory):
+    """``drafter_for(name, target)``: a registered drafter usable on ``target``. Trained drafters get a
+    tiny checkpoint trained for that very target on the fly (distil 24 random prompts, 2 epochs), cached
+    per (method, target); training-free ones are created as they are."""
+    from specbench.drafters.training.distill import DistillConfig, run_distill
+    from specbench.drafters.training.heads import MODULES, HeadTrainConfig, train_heads
+    from specbench.registry import create_drafter, get_drafter_class
+
+    trained: dict = {}
+
+    def make(name: str, target: TargetModel):
+        method = getattr(get_drafter_class(name), "method", None)
+        if method not in MODULES:
+            return create_drafter(name)
+        key = (method, id(target))
+        if key not in trained:
+            folder = tmp_path_factory.mktemp(f"{method}-checkpoint")
+            rng = torch.Generator().manual_seed(0)
+            prompts = [torch.randint(0, VOCAB - 1, (int(n),), generator=rng).tolist()
+                       for n in torch.randint(3, 10, (24,), generator=rng)]
+            run_distill(DistillConfig(out=str(folder / "cache"), max_new_tokens=24, batch_size=8, shard_size=8),
+                        target, {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
+            config = HeadTrainConfig(method=method, cache=str(folder / "cache"), out=str(folder / method), num_heads=3,
+                                     epochs=2, lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4)
+            train_heads(config, target, progress=False)
+            trained[key] = str(folder / method)
+        return create_drafter(name, checkpoint=trained[key])
+
+    return make

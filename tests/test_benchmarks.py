@@ -24,7 +24,7 @@ import torch
 from conftest import PROMPTS, plain_greedy
 from specbench import kv
 from specbench.drafter import DraftContext
-from specbench.registry import available_drafters, create_drafter
+from specbench.registry import available_drafters
 from specbench.tree import DraftTree
 from specbench.verify import VerifyOutcome, verify_greedy
 
@@ -91,8 +91,8 @@ def check_tree(tree: DraftTree, root: int, vocab: int) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_bench_propose(benchmark, name, prefilled, llama_target):
-    drafter = create_drafter(name)
+def test_bench_propose(benchmark, name, prefilled, llama_target, drafter_for):
+    drafter = drafter_for(name, llama_target)
     ctx = prefilled.context()
     tokens_before = ctx.tokens.clone()
     benchmark.group = "propose"
@@ -113,8 +113,8 @@ def test_bench_propose(benchmark, name, prefilled, llama_target):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_bench_verify(benchmark, name, prefilled, llama_target):
-    drafter = create_drafter(name)
+def test_bench_verify(benchmark, name, prefilled, llama_target, drafter_for):
+    drafter = drafter_for(name, llama_target)
     drafter.reset(llama_target.handle)
     tree = drafter.propose(prefilled.context())
     check_tree(tree, prefilled.root, llama_target.config.vocab_size)

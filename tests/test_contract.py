@@ -50,8 +50,8 @@ class Recorder:
 
 @pytest.mark.parametrize("budget", [1, 4, 16])
 @pytest.mark.parametrize("name", NAMES)
-def test_registered_drafter_returns_valid_trees(tiny_target, reference, name, budget):
-    recorder = Recorder(create_drafter(name))
+def test_registered_drafter_returns_valid_trees(tiny_target, reference, drafter_for, name, budget):
+    recorder = Recorder(drafter_for(name, tiny_target))
     for prompt in PROMPTS[:3]:
         recorder.trees.clear()
         result = generate(tiny_target, recorder, prompt, 12, budget)

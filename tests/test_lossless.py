@@ -275,8 +275,8 @@ def test_builtins_are_registered():
 
 @pytest.mark.parametrize("name", sorted(available_drafters()))
 @pytest.mark.parametrize("budget", [1, 8])
-def test_registered_drafter_is_lossless(tiny_target, reference, name, budget):
-    drafter = create_drafter(name)
+def test_registered_drafter_is_lossless(tiny_target, reference, drafter_for, name, budget):
+    drafter = drafter_for(name, tiny_target)
     for prompt in PROMPTS:  # one instance across sequences: reset must forget the previous one
         result = run(tiny_target, drafter, prompt, max_new=32, budget=budget)
         assert result.output_ids == reference(prompt, 32)
