@@ -117,6 +117,5 @@ class MedusaDrafter(HeadDrafter):
             return DraftTree.root_only(ctx.root)
         logits = ctx.target.lm_head(self.module(ctx.hidden[-1]))  # [K, V]
         top = logits.topk(shape.max_rank, dim=-1).indices  # [K, R]
-        depths = torch.tensor(shape.depths[1:]) - 1
-        ranks = torch.tensor(shape.ranks[1:])
-        return shape.draft_tree(ctx.root, top.cpu()[depths, ranks])  # tokens [n - 1]
+        heads, ranks = shape.head_and_rank
+        return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]

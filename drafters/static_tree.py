@@ -65,6 +65,11 @@ class StaticTree:
         return [p[-1] if p else 0 for p in self.paths]
 
     @cached_property
+    def head_and_rank(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """LongTensors[n - 1]: for each non-root node, its depth - 1 (the head that proposes it) and rank."""
+        return torch.tensor(self.depths[1:]) - 1, torch.tensor(self.ranks[1:])
+
+    @cached_property
     def children(self) -> dict[int, list[int]]:
         """Node -> its children's node indices."""
         out: dict[int, list[int]] = {i: [] for i in range(len(self))}
