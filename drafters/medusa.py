@@ -43,8 +43,9 @@ class MedusaHeads(nn.Module):
         super().__init__()
         self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers)]) for _ in range(num_heads))
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return torch.stack([head(h) for head in self.heads])
+    def forward(self, h: torch.Tensor, num_heads: int | None = None) -> torch.Tensor:
+        """Features of the first ``num_heads`` heads (all by default): a shallow tree needs fewer."""
+        return torch.stack([head(h) for head in self.heads[:num_heads]])
 
     def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
         """Features [K, B, H] for hidden [B, H]; Medusa heads ignore the draft path's tokens."""
@@ -56,7 +57,7 @@ def default_checkpoint(method: str, target: TargetHandle) -> Path:
     if target.sha256:
         for recipe in sorted(CHECKPOINTS.glob(f"{method}-*.json")):
             if target.sha256[:16] in recipe.name:
-                return recipe.with_suffix("")
+                return recipe.with_name(recipe.name.removesuffix(".json"))
     raise SpecbenchError(
         f"no shipped {method} checkpoint for target {target.name}; train one with "
         f"`specbench train {method} --model ...` and pass --drafter-option {method}.checkpoint=PATH"
@@ -115,7 +116,7 @@ class MedusaDrafter(HeadDrafter):
         shape = self.static_tree(ctx.budget)
         if len(shape) == 1:
             return DraftTree.root_only(ctx.root)
-        logits = ctx.target.lm_head(self.module(ctx.hidden[-1]))  # [K, V]
-        top = logits.topk(shape.max_rank, dim=-1).indices  # [K, R]
+        logits = ctx.target.lm_head(self.module(ctx.hidden[-1], shape.max_depth))  # [D, V], D = tree depth <= K
+        top = logits.topk(shape.max_rank, dim=-1).indices  # [D, R]
         heads, ranks = shape.head_and_rank
         return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]

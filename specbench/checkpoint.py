@@ -17,6 +17,12 @@ from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
 
 
+def checkpoint_files(stem: Path) -> tuple[Path, Path]:
+    """(weights, recipe) paths of a checkpoint stem; the stem may contain dots (``model.Q4_1-<sha>``)."""
+    stem = Path(stem)
+    return stem.with_name(stem.name + ".safetensors"), stem.with_name(stem.name + ".json")
+
+
 def save_checkpoint(stem: Path, state: dict[str, torch.Tensor], recipe: dict,
                     dtype: torch.dtype = torch.float16) -> None:
     """Write weights (float16 by default: shipped checkpoints stay a few MB; loading casts them to the
@@ -24,9 +30,10 @@ def save_checkpoint(stem: Path, state: dict[str, torch.Tensor], recipe: dict,
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous() for k, v in state.items()}
-    save_file(tensors, str(stem.with_suffix(".safetensors")))
+    weights, recipe_path = checkpoint_files(stem)
+    save_file(tensors, str(weights))
     recipe = recipe | {"stored_dtype": str(dtype).removeprefix("torch.")}
-    stem.with_suffix(".json").write_text(json.dumps(recipe, indent=2, default=str) + "\n", encoding="utf-8")
+    recipe_path.write_text(json.dumps(recipe, indent=2, default=str) + "\n", encoding="utf-8")
 
 
 def target_identity(target: TargetHandle) -> dict:
@@ -38,7 +45,7 @@ def target_identity(target: TargetHandle) -> dict:
 def load_checkpoint(stem: Path, target: TargetHandle) -> tuple[dict, dict]:
     """(state dict, recipe); raises `SpecbenchError` if missing or trained for another target."""
     stem = Path(stem)
-    weights, recipe_path = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    weights, recipe_path = checkpoint_files(stem)
     if not weights.exists() or not recipe_path.exists():
         raise SpecbenchError(f"checkpoint {stem} needs both {weights.name} and {recipe_path.name}")
     recipe = json.loads(recipe_path.read_text(encoding="utf-8"))

@@ -46,7 +46,7 @@ def test_wrong_target_is_one_line_exit_2(other_model, tmp_path, method):
     shipped = sorted(CHECKPOINTS.glob(f"{method}-*.json"))
     assert shipped, f"no shipped {method} checkpoint"
     result = run("--model", str(other_model), "--drafters", method, "--out", str(tmp_path / "b"),
-                 "--drafter-option", f"{method}.checkpoint={shipped[0].with_suffix('')}")
+                 "--drafter-option", f"{method}.checkpoint={shipped[0].with_name(shipped[0].name.removesuffix('.json'))}")
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("specbench")]
     assert len(lines) == 1 and "was trained for target SmolLM2" in lines[0]
