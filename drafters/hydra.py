@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafter import DraftContext
 from specbench.drafters.medusa import HeadDrafter, ResBlock
 from specbench.tree import DraftTree
 
@@ -47,10 +47,7 @@ class HydraDrafter(HeadDrafter):
     """Hydra-style heads; options: ``checkpoint`` (path stem), ``max_rank``."""
 
     method = "hydra"
-
-    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
-        config = recipe["hyperparameters"]
-        return HydraHeads(target.config.hidden_size, config["num_heads"], config["num_layers"])
+    module_class = HydraHeads
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:

@@ -68,6 +68,7 @@ class HeadDrafter(Drafter):
     """Shared plumbing of drafters whose weights come from a checkpoint with measured accuracies."""
 
     method = ""
+    module_class: type[nn.Module]
 
     def __init__(self, checkpoint: str | None = None, max_rank: int = 8) -> None:
         super().__init__()
@@ -78,7 +79,8 @@ class HeadDrafter(Drafter):
         self._loaded_for: str | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
-        raise NotImplementedError
+        config = recipe["hyperparameters"]
+        return self.module_class(target.config.hidden_size, config["num_heads"], config["num_layers"])
 
     def reset(self, target: TargetHandle) -> None:
         key = f"{target.name}:{target.sha256}:{target.device}:{target.dtype}"
@@ -106,10 +108,7 @@ class MedusaDrafter(HeadDrafter):
     """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem), ``max_rank``."""
 
     method = "medusa"
-
-    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
-        config = recipe["hyperparameters"]
-        return MedusaHeads(target.config.hidden_size, config["num_heads"], config["num_layers"])
+    module_class = MedusaHeads
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
