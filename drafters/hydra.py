@@ -15,6 +15,7 @@ from torch import nn
 
 from specbench.drafter import DraftContext
 from specbench.drafters.medusa import HeadDrafter, ResBlock
+from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
 
 
@@ -49,11 +50,7 @@ class HydraDrafter(HeadDrafter):
     method = "hydra"
     module_class = HydraHeads
 
-    @torch.inference_mode()
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        shape = self.static_tree(ctx.budget)
-        if len(shape) == 1:
-            return DraftTree.root_only(ctx.root)
+    def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
         embed, device = ctx.target.embed_tokens, ctx.target.device
         h = ctx.hidden[-1]  # [H]
         tokens = torch.zeros(len(shape), dtype=torch.long)

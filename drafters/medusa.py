@@ -100,6 +100,17 @@ class HeadDrafter(Drafter):
             self._trees[budget] = StaticTree.from_accuracies(self.accuracy, budget)
         return self._trees[budget]
 
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        shape = self.static_tree(ctx.budget)
+        if len(shape) == 1:
+            return DraftTree.root_only(ctx.root)
+        return self.draft(ctx, shape)
+
+    def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
+        """Fill ``shape`` (more than one node) with tokens for this step."""
+        raise NotImplementedError
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.module.parameters()) if self.module is not None else 0
 
@@ -110,11 +121,7 @@ class MedusaDrafter(HeadDrafter):
     method = "medusa"
     module_class = MedusaHeads
 
-    @torch.inference_mode()
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        shape = self.static_tree(ctx.budget)
-        if len(shape) == 1:
-            return DraftTree.root_only(ctx.root)
+    def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
         logits = ctx.target.lm_head(self.module(ctx.hidden[-1], shape.max_depth))  # [D, V], D = tree depth <= K
         top = logits.topk(shape.max_rank, dim=-1).indices  # [D, R]
         heads, ranks = shape.head_and_rank
