@@ -9,18 +9,13 @@ token of head d sits at every depth-d node of rank r, whatever its parent).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 
-from specbench.checkpoint import load_checkpoint
-from specbench.drafter import DraftContext, Drafter, TargetHandle
+from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.static_tree import StaticTree
-from specbench.errors import SpecbenchError
 from specbench.tree import DraftTree
-
-CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
 
 class ResBlock(nn.Module):
@@ -52,48 +47,24 @@ class MedusaHeads(nn.Module):
         return self(h)
 
 
-def default_checkpoint(method: str, target: TargetHandle) -> Path:
-    """The shipped checkpoint for ``target`` (matched by the weights' hash), if there is one."""
-    if target.sha256:
-        for recipe in sorted(CHECKPOINTS.glob(f"{method}-*.json")):
-            if target.sha256[:16] in recipe.name:
-                return recipe.with_name(recipe.name.removesuffix(".json"))
-    raise SpecbenchError(
-        f"no shipped {method} checkpoint for target {target.name}; train one with "
-        f"`specbench train {method} --model ...` and pass --drafter-option {method}.checkpoint=PATH"
-    )
+class HeadDrafter(CheckpointDrafter):
+    """Shared plumbing of drafters whose static tree comes from the checkpoint's measured accuracies."""
 
-
-class HeadDrafter(Drafter):
-    """Shared plumbing of drafters whose weights come from a checkpoint with measured accuracies."""
-
-    method = ""
     module_class: type[nn.Module]
 
     def __init__(self, checkpoint: str | None = None, max_rank: int = 8) -> None:
-        super().__init__()
-        self.checkpoint, self.max_rank = checkpoint, max_rank
-        self.module: nn.Module | None = None
+        super().__init__(checkpoint)
+        self.max_rank = max_rank
         self.accuracy: list[list[float]] = []
         self._trees: dict[int, StaticTree] = {}
-        self._loaded_for: str | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
         config = recipe["hyperparameters"]
         return self.module_class(target.config.hidden_size, config["num_heads"], config["num_layers"])
 
-    def reset(self, target: TargetHandle) -> None:
-        key = f"{target.name}:{target.sha256}:{target.device}:{target.dtype}"
-        if self._loaded_for == key:
-            return
-        stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
-        state, recipe = load_checkpoint(stem, target)
-        module = self.build_module(recipe, target)
-        module.load_state_dict(state)
-        self.module = module.to(device=target.device, dtype=target.dtype).eval()
+    def loaded(self, recipe: dict) -> None:
         self.accuracy = [row[: self.max_rank] for row in recipe["metrics"]["heldout_topk_accuracy"]]
-        self._trees, self._loaded_for = {}, key
-        self.recipe = recipe
+        self._trees = {}
 
     def static_tree(self, budget: int) -> StaticTree:
         if budget not in self._trees:
@@ -110,9 +81,6 @@ class HeadDrafter(Drafter):
     def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
         """Fill ``shape`` (more than one node) with tokens for this step."""
         raise NotImplementedError
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.module.parameters()) if self.module is not None else 0
 
 
 class MedusaDrafter(HeadDrafter):

@@ -85,16 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--no-progress", action="store_true")
 
     train = commands.add_parser("train", help="train a drafter's heads on a distillation cache (target frozen)")
-    train.add_argument("method", help="medusa or hydra")
+    train.add_argument("method", help="medusa, hydra, ctc or ctc-ce (the CTC-drafter's cross-entropy ablation)")
     train.add_argument("--model", default="default")
     train.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
     train.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
     train.add_argument("--num-heads", type=int, default=4)
     train.add_argument("--num-layers", type=int, default=1)
-    train.add_argument("--epochs", type=int, default=2)
+    train.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 1 for ctc")
     train.add_argument("--lr", type=float, default=1e-3)
-    train.add_argument("--batch-size", type=int, default=256)
-    train.add_argument("--max-train-positions", type=int, default=None)
+    train.add_argument("--batch-size", type=int, default=256, help="positions per step (medusa, hydra)")
+    train.add_argument("--max-train-positions", type=int, default=None, help="medusa, hydra")
+    train.add_argument("--num-slots", type=int, default=8, help="ctc: T slots")
+    train.add_argument("--num-labels", type=int, default=4, help="ctc: N target tokens per anchor (N < T)")
+    train.add_argument("--samples-per-step", type=int, default=2, help="ctc: sequences per optimiser step")
+    train.add_argument("--max-train-samples", type=int, default=None, help="ctc: use the first N training samples")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--threads", type=int, default=None)
     train.add_argument("--no-progress", action="store_true")
@@ -226,13 +230,15 @@ def cmd_distill(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.drafters.training.heads import MODULES, HeadTrainConfig, train_heads
-    from specbench.model import cache_root, load_target, resolve_model
+    from specbench.drafters.training.ctc import METHODS as CTC_METHODS
+    from specbench.drafters.training.heads import MODULES
+    from specbench.model import cache_root, resolve_model
 
-    if args.method not in MODULES:
-        raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(MODULES)}")
-    for name in ("num_heads", "num_layers", "epochs", "batch_size"):
-        if getattr(args, name) < 1:
+    methods = [*MODULES, *CTC_METHODS]
+    if args.method not in methods:
+        raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(methods)}")
+    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -242,14 +248,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not Path(cache, "manifest.json").exists():
         raise SpecbenchError(f"no distillation cache at {cache}; run `specbench distill --model {args.model}` first")
     out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
+    train = _train_ctc if args.method in CTC_METHODS else _train_heads
+    summary, seconds = train(args, cache, out)
+    print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {out}.safetensors/.json")
+    return 0
+
+
+def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
+    from specbench.drafters.training.heads import HeadTrainConfig, train_heads
+    from specbench.model import load_target
+
     config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
-                             num_layers=args.num_layers, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                             num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
                              max_train_positions=args.max_train_positions, seed=args.seed)
     recipe = train_heads(config, load_target(args.model), progress=not args.no_progress)
     metrics = recipe["metrics"]
-    print(f"{args.method}: held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
-          f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}; {recipe['training_seconds']:.0f} s; wrote {out}.safetensors/.json")
-    return 0
+    return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
+            f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}"), recipe["training_seconds"]
+
+
+def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
+    from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
+    from specbench.model import load_target
+
+    config = CTCTrainConfig(method=args.method, cache=cache, out=out, num_slots=args.num_slots,
+                            num_labels=args.num_labels, epochs=args.epochs or 1, lr=args.lr,
+                            samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
+                            seed=args.seed)
+    recipe = train_ctc(config, load_target(args.model), progress=not args.no_progress)
+    metrics = recipe["metrics"]
+    taus = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_tau_by_budget"].items())
+    return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
 
 
 COMMANDS = {"distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}

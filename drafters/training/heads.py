@@ -21,10 +21,10 @@ from torch import nn
 from specbench.checkpoint import save_checkpoint, target_identity
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import MedusaHeads
+from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
 from specbench.drafters.training.distill import iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
-from specbench.results import read_manifest
 
 IGNORE = -100
 MODULES = {"medusa": MedusaHeads, "hydra": HydraHeads}
@@ -111,14 +111,9 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
 
     if config.method not in MODULES:
         raise SpecbenchError(f"unknown head method {config.method!r}; choose {', '.join(MODULES)}")
-    manifest = read_manifest(Path(config.cache))
-    if manifest is None:
-        raise SpecbenchError(f"{config.cache} is not a distillation cache; run `specbench distill` first")
-    if manifest["target"]["sha256"] != target.handle.sha256:
-        raise SpecbenchError(f"{config.cache} was distilled from {manifest['target']['name']}, not {target.name}")
+    manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
-    for p in target.model.parameters():
-        p.requires_grad_(False)
+    freeze(target)
     hidden, windows = position_dataset(Path(config.cache), "train", config.num_heads, config.max_train_positions)
     held_hidden, held_windows = position_dataset(Path(config.cache), "heldout", config.num_heads)
     module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers).to(target.device)
@@ -126,24 +121,11 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     steps_per_epoch = math.ceil(len(hidden) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
 
-    def lr_at(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        return 0.5 * (1 + math.cos(math.pi * (step - config.warmup_steps) / max(1, total_steps - config.warmup_steps)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    scheduler = warmup_cosine(optimizer, config.warmup_steps, total_steps)
     weights = torch.tensor([config.head_decay**k for k in range(config.num_heads)], device=target.device)
     stem = Path(config.out)
-    first_epoch, history, seconds = 0, [], 0.0
-    for epoch in range(config.epochs, 0, -1):  # resume from the newest epoch checkpoint
-        saved = stem.with_name(f"{stem.name}.epoch{epoch}.pt")
-        if saved.exists():
-            state = torch.load(saved, weights_only=False)
-            module.load_state_dict(state["module"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            first_epoch, history, seconds = epoch, state["history"], state["seconds"]
-            break
+    checkpoints = EpochCheckpoints(stem, module, optimizer, scheduler)
+    first_epoch, history, seconds = checkpoints.resume(config.epochs)
     generator = torch.Generator().manual_seed(config.seed)
     for _ in range(first_epoch):
         torch.randperm(len(hidden), generator=generator)  # keep the shuffles of a resumed run identical
@@ -174,9 +156,7 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         mean = torch.stack(losses).mean(0).tolist()
         history.append({"epoch": epoch + 1, "train_loss_per_head": mean, "first_batch_loss": losses[0].tolist(),
                         "last_batch_loss": losses[-1].tolist()})
-        stem.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"module": module.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "history": history, "seconds": seconds}, stem.with_name(f"{stem.name}.epoch{epoch + 1}.pt"))
+        checkpoints.save(epoch + 1, history, seconds)
     metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size)
     recipe = {
         "method": config.method,

@@ -1,0 +1,69 @@
+"""Drafters whose weights come from a training checkpoint (medusa, hydra, ctc): finding the shipped
+checkpoint for a target, loading it once per target, and counting its parameters."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch import nn
+
+from specbench.checkpoint import load_checkpoint
+from specbench.drafter import Drafter, TargetHandle
+from specbench.errors import SpecbenchError
+
+CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+
+
+def default_checkpoint(method: str, target: TargetHandle) -> Path:
+    """The shipped checkpoint of ``method`` for ``target`` (matched by the recipe's method and the
+    weights' hash in the file name), if there is one."""
+    if target.sha256:
+        for recipe in sorted(CHECKPOINTS.glob(f"{method}-*{target.sha256[:16]}.json")):
+            if json.loads(recipe.read_text(encoding="utf-8")).get("method") == method:
+                return recipe.with_name(recipe.name.removesuffix(".json"))
+    raise SpecbenchError(
+        f"no shipped {method} checkpoint for target {target.name}; train one with "
+        f"`specbench train {method} --model ...` and pass --drafter-option {method}.checkpoint=PATH"
+    )
+
+
+class CheckpointDrafter(Drafter):
+    """Loads ``module`` from ``checkpoint`` (a path stem) or the shipped one, once per target/device/dtype.
+
+    Subclasses set ``method`` (the recipe's method name), implement ``build_module(recipe, target)`` and
+    may override ``loaded(recipe)`` (called after a new load) and ``start_sequence()`` (every reset).
+    """
+
+    method = ""
+
+    def __init__(self, checkpoint: str | None = None) -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.module: nn.Module | None = None
+        self.recipe: dict = {}
+        self._loaded_for: str | None = None
+
+    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
+        raise NotImplementedError
+
+    def loaded(self, recipe: dict) -> None:
+        """Derive whatever the drafter needs from a freshly loaded recipe."""
+
+    def start_sequence(self) -> None:
+        """Forget per-sequence state."""
+
+    def reset(self, target: TargetHandle) -> None:
+        key = f"{target.name}:{target.sha256}:{target.device}:{target.dtype}"
+        if self._loaded_for != key:
+            stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
+            state, recipe = load_checkpoint(stem, target)
+            module = self.build_module(recipe, target)
+            module.load_state_dict(state)
+            self.module = module.to(device=target.device, dtype=target.dtype).eval()
+            self.recipe, self._loaded_for = recipe, key
+            self.loaded(recipe)
+        self.start_sequence()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.module.parameters()) if self.module is not None else 0

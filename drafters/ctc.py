@@ -1,0 +1,62 @@
+"""ctc: the CTC-drafter (Wen, Gui, Feng; NeurIPS 2024), non-autoregressive as the paper describes it.
+
+Each step: the hidden states the verifier just accepted (fused with the tokens that followed them) extend
+the Attention Draft Module's context cache; T slots draft in one forward (logits over V + blank); the
+top-k tokens per slot feed the CTC transform (prefix beam search with blank/repeat collapse, duplicates
+merged, heaviest prefix tree within the budget, positions = depths), timed as the "transform" stage.
+``ctc-ce`` is the ablation: the same module trained with per-slot cross-entropy and no blank.
+See docs/ctc.md for how this relates to the paper and to the released code.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
+from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
+from specbench.tree import DraftTree
+
+
+class CTCDrafter(CheckpointDrafter):
+    """Options: ``checkpoint`` (path stem), ``top_k`` tokens per slot, ``beam`` prefixes kept per slot,
+    ``min_prob`` (slot tokens below it are skipped)."""
+
+    method = "ctc"
+
+    def __init__(self, checkpoint: str | None = None, top_k: int = 4, beam: int = 16, min_prob: float = 1e-3) -> None:
+        super().__init__(checkpoint)
+        if top_k < 1 or beam < 1 or not 0.0 <= min_prob < 1.0:
+            raise ValueError("ctc needs top_k >= 1, beam >= 1 and 0 <= min_prob < 1")
+        self.top_k, self.beam, self.min_prob = top_k, beam, min_prob
+        self.context = ContextCache()
+
+    def build_module(self, recipe: dict, target: TargetHandle) -> AttentionDraftModule:
+        config = recipe["hyperparameters"]
+        return AttentionDraftModule(target.config.hidden_size, num_slots=config["num_slots"],
+                                    num_heads=config["num_heads"], blank=recipe["method"] == "ctc")
+
+    def start_sequence(self) -> None:
+        self.context = ContextCache()
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        new = ctx.hidden.shape[0]  # positions accepted since the last call; tokens[-new:] followed them
+        if self.context.length != len(ctx.tokens) - 1 - new:
+            raise RuntimeError(f"{self.name or self.method}: context out of step (call reset before each sequence)")
+        following = ctx.tokens[-new:].to(ctx.target.device)
+        self.context.extend(self.module, ctx.hidden, ctx.target.embed_tokens(following))
+        if ctx.budget == 1:
+            return DraftTree.root_only(ctx.root)
+        logits = self.context.draft_logits(self.module, ctx.target.lm_head)  # [T, V (+1)]
+        tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob)
+        with ctx.span("transform"):
+            candidates = prefix_beam_search(tokens, probs, blanks, self.beam)
+            return candidate_tree(ctx.root, candidates, ctx.budget)
+
+
+class CTCCrossEntropyDrafter(CTCDrafter):
+    """The ablation: the same module and transform, trained with per-slot cross-entropy (no blank)."""
+
+    method = "ctc-ce"

@@ -1,0 +1,157 @@
+"""The CTC-drafter's Attention Draft Module: one transformer decoder layer, T slots in one forward.
+
+Context features fuse the target's last hidden state at position s with the embedding of the token that
+followed it, ``u_s = W_in [h_s ; E(x_{s+1})]``; their keys and values are computed once per position and
+cached across decoding steps. To draft after the root, T slot queries (learned slot embeddings added to
+the last context feature ``u_last``, whose token part is the root) attend to the whole context and to
+each other (bidirectionally) in one non-autoregressive forward, then pass an MLP. Each slot's feature goes
+through the target's frozen ``lm_head`` (shared, not copied) plus one learned **blank** row, giving
+logits over V + 1 classes (class V = blank). Trained with CTC loss, the slots' collapsed output is the
+next N tokens after the root; the cross-entropy ablation uses the same module without the blank.
+
+Positions: context keys are rotated (RoPE) by their sequence position s, slot j by ``s_last + 1 + j``.
+Residual branches are zero-initialised and ``W_in`` starts as [I, 0], so an untrained module's slots
+repeat the target's own next-token distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+ROPE_BASE = 10000.0
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotate x [..., P, heads, d] by positions [P] (rotate-half convention)."""
+    half = x.shape[-1] // 2
+    freqs = ROPE_BASE ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [d/2]
+    angles = positions.to(torch.float32)[:, None] * freqs  # [P, d/2]
+    cos, sin = angles.cos()[:, None, :].to(x.dtype), angles.sin()[:, None, :].to(x.dtype)  # [P, 1, d/2]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class AttentionDraftModule(nn.Module):
+    """``hidden``: the target's H; ``num_slots``: T; ``blank``: add the blank class (False = CE ablation)."""
+
+    def __init__(self, hidden: int, num_slots: int = 8, num_heads: int = 9, intermediate: int | None = None,
+                 blank: bool = True) -> None:
+        super().__init__()
+        if hidden % num_heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by {num_heads} heads")
+        self.hidden, self.num_slots, self.num_heads = hidden, num_slots, num_heads
+        self.head_dim = hidden // num_heads
+        self.fuse = nn.Linear(2 * hidden, hidden, bias=False)  # W_in [h_s ; E(x_{s+1})]
+        with torch.no_grad():
+            self.fuse.weight.zero_()
+            self.fuse.weight[:, :hidden].copy_(torch.eye(hidden))
+        self.slot_embeddings = nn.Parameter(torch.randn(num_slots, hidden) * 0.02)  # [T, H]
+        self.context_norm = nn.RMSNorm(hidden)
+        self.query_norm = nn.RMSNorm(hidden)
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.mlp_norm = nn.RMSNorm(hidden)
+        inner = intermediate or 2 * hidden
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+        nn.init.zeros_(self.o_proj.weight)
+        nn.init.zeros_(self.down_proj.weight)
+        self.blank = nn.Linear(hidden, 1) if blank else None  # the blank row next to the frozen lm_head
+        if self.blank is not None:
+            nn.init.zeros_(self.blank.weight)
+            nn.init.zeros_(self.blank.bias)
+
+    @property
+    def num_classes_extra(self) -> int:
+        return 1 if self.blank is not None else 0
+
+    # ---- pieces shared by training and inference ---------------------------------------------------
+    def context_features(self, hidden: torch.Tensor, next_embeddings: torch.Tensor) -> torch.Tensor:
+        """u [..., H] from hidden [..., H] and the embeddings of the tokens that followed [..., H]."""
+        return self.fuse(torch.cat([hidden, next_embeddings], dim=-1))
+
+    def context_keys_values(self, u: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [P, heads, d] of context features u [P, H] at sequence positions [P]."""
+        normed = self.context_norm(u)
+        shape = (u.shape[0], self.num_heads, self.head_dim)
+        return rope(self.k_proj(normed).view(shape), positions), self.v_proj(normed).view(shape)
+
+    def slot_inputs(self, u_last: torch.Tensor) -> torch.Tensor:
+        """Slot residual streams [A, T, H] for the last context features u_last [A, H] of A anchors."""
+        return u_last[:, None, :] + self.slot_embeddings
+
+    def slot_features(self, x: torch.Tensor, slot_positions: torch.Tensor, context_k: torch.Tensor,
+                      context_v: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
+        """One decoder layer over the slots.
+
+        x: [A, T, H] slot streams; slot_positions: [A, T]; context_k/v: [P, heads, d] shared by all anchors;
+        context_mask: bool [A, P] (True = the anchor may see that context position) or None (all).
+        Slots of one anchor see each other, never another anchor's slots. Returns features [A, T, H].
+        """
+        a, t, h = x.shape
+        normed = self.query_norm(x)
+        q = rope(self.q_proj(normed).view(a * t, self.num_heads, self.head_dim), slot_positions.reshape(-1))
+        sk = rope(self.k_proj(normed).view(a * t, self.num_heads, self.head_dim), slot_positions.reshape(-1))
+        sv = self.v_proj(normed).view(a, t, self.num_heads, self.head_dim)
+        sk = sk.view(a, t, self.num_heads, self.head_dim)
+        q = q.view(a, t, self.num_heads, self.head_dim).transpose(1, 2)  # [A, heads, T, d]
+        p = context_k.shape[0]
+        keys = torch.cat([context_k.transpose(0, 1).expand(a, -1, -1, -1), sk.transpose(1, 2)], dim=2)  # [A, heads, P+T, d]
+        values = torch.cat([context_v.transpose(0, 1).expand(a, -1, -1, -1), sv.transpose(1, 2)], dim=2)
+        mask = None
+        if context_mask is not None:
+            mask = torch.cat([context_mask, context_mask.new_ones(a, t)], dim=1)[:, None, None, :]  # [A, 1, 1, P+T]
+        attended = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [A, heads, T, d]
+        x = x + self.o_proj(attended.transpose(1, 2).reshape(a, t, h))
+        normed = self.mlp_norm(x)
+        return x + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+
+    def logits(self, features: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """[..., V (+1)]: the frozen lm_head's logits, then the blank logit last (if any)."""
+        vocab = lm_head(features)
+        if self.blank is None:
+            return vocab
+        return torch.cat([vocab, self.blank(features).to(vocab.dtype)], dim=-1)
+
+    # ---- training: every anchor of one sequence at once ---------------------------------------------
+    def forward_sequence(self, hidden: torch.Tensor, next_embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        """Slot features [A, T, H] for anchors [A] of one sequence.
+
+        hidden [P, H]: hidden states of positions 0..P-1; next_embeddings [P, H]: embeddings of tokens 1..P.
+        Anchor s drafts after root x_{s+1} and sees context positions 0..s.
+        """
+        u = self.context_features(hidden, next_embeddings)  # [P, H]
+        positions = torch.arange(u.shape[0], device=u.device)
+        k, v = self.context_keys_values(u, positions)
+        mask = positions[None, :] <= anchors[:, None]  # [A, P]
+        slot_positions = anchors[:, None] + 1 + torch.arange(self.num_slots, device=u.device)  # [A, T]
+        return self.slot_features(self.slot_inputs(u[anchors]), slot_positions, k, v, mask)
+
+
+class ContextCache:
+    """Keys and values of the context features seen so far in one sequence (inference)."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None  # [P, heads, d]
+        self.values: torch.Tensor | None = None
+        self.last: torch.Tensor | None = None  # u of the newest position [H]
+        self.length = 0
+
+    def extend(self, module: AttentionDraftModule, hidden: torch.Tensor, next_embeddings: torch.Tensor) -> None:
+        """Append positions length .. length + m - 1 (hidden and next_embeddings [m, H])."""
+        u = module.context_features(hidden, next_embeddings)  # [m, H]
+        positions = torch.arange(self.length, self.length + u.shape[0], device=u.device)
+        k, v = module.context_keys_values(u, positions)
+        self.keys = k if self.keys is None else torch.cat([self.keys, k])
+        self.values = v if self.values is None else torch.cat([self.values, v])
+        self.last, self.length = u[-1], self.length + u.shape[0]
+
+    def draft_logits(self, module: AttentionDraftModule, lm_head: nn.Module) -> torch.Tensor:
+        """Slot logits [T, V (+1)] after the newest position."""
+        slot_positions = self.length + torch.arange(module.num_slots, device=self.last.device)  # [T]
+        features = module.slot_features(module.slot_inputs(self.last[None]), slot_positions[None], self.keys, self.values, None)
+        return module.logits(features[0], lm_head)

@@ -1,0 +1,209 @@
+"""Training of the CTC-drafter's Attention Draft Module on a self-distillation cache (target frozen).
+
+Every response position s of a distilled sample whose next ``num_labels`` (N) tokens after the root are
+known is an *anchor*: the module sees the context 0..s (hidden states fused with the following token's
+embedding; the last one carries the root x_{s+1}) and its T slots are trained against the target's own
+next tokens x_{s+2} .. x_{s+1+N}:
+
+- ``ctc``: CTC loss of the T slot distributions over V + 1 classes (blank = class V) against those N
+  tokens; N < T leaves room for blanks and for repeats that need a blank between them;
+- ``ctc-ce`` (the ablation): the same module without the blank; slot j is trained with cross-entropy on
+  x_{s+2+j} (all T slots, so the ablation drafts as deep as it can).
+
+All anchors of a sample go through one forward (a mask keeps each anchor's slots to its own context).
+AdamW, warm-up then cosine; one checkpoint per epoch (resumable). The recipe records held-out loss and
+an offline acceptance estimate: the CTC transform's tree for each held-out anchor, walked along the
+target's true continuation, for several tree budgets (what greedy verification would accept).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specbench.checkpoint import save_checkpoint, target_identity
+from specbench.drafters.ctc_module import AttentionDraftModule
+from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
+from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
+from specbench.drafters.training.distill import Sample, iter_samples
+from specbench.errors import SpecbenchError
+from specbench.model import TargetModel
+from specbench.tree import DraftTree
+
+IGNORE = -100
+METHODS = ("ctc", "ctc-ce")
+
+
+@dataclass
+class CTCTrainConfig:
+    method: str  # "ctc" or "ctc-ce"
+    cache: str
+    out: str  # checkpoint stem
+    num_slots: int = 8  # T
+    num_labels: int = 4  # N (ctc); anchors need N known tokens after the root
+    epochs: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    samples_per_step: int = 2
+    warmup_steps: int = 50
+    max_train_samples: int | None = None
+    seed: int = 0
+    # transform settings of the offline acceptance estimate (the drafter's defaults)
+    top_k: int = 4
+    beam: int = 16
+    min_prob: float = 1e-3
+    eval_budgets: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+
+
+def build_module(method: str, hidden: int, num_heads: int, num_slots: int) -> AttentionDraftModule:
+    return AttentionDraftModule(hidden, num_slots=num_slots, num_heads=num_heads, blank=method == "ctc")
+
+
+def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
+    """Positions s with a response root x_{s+1} and ``horizon`` known tokens after it."""
+    return torch.arange(sample.prompt_len - 1, len(sample.input_ids) - 1 - horizon)
+
+
+def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: Sample, anchors: torch.Tensor) -> torch.Tensor:
+    """Slot logits [A, T, V (+1)] of ``anchors`` in ``sample``."""
+    ids = sample.input_ids.to(target.device)
+    with torch.no_grad():
+        next_embeddings = target.handle.embed_tokens(ids[1:])  # [L-1, H]
+    hidden = sample.hidden[:-1].to(target.device, target.dtype)  # [L-1, H]
+    features = module.forward_sequence(hidden, next_embeddings, anchors.to(target.device))
+    return module.logits(features, target.lm_head)
+
+
+def sample_loss(module: AttentionDraftModule, target: TargetModel, sample: Sample, num_labels: int) -> torch.Tensor | None:
+    anchors = anchors_of(sample, num_labels)
+    if len(anchors) == 0:
+        return None
+    logits = sequence_logits(module, target, sample, anchors).float()  # [A, T, C]
+    a, t, classes = logits.shape
+    ids = sample.input_ids.to(target.device)
+    if module.blank is not None:
+        labels = ids[anchors[:, None].to(ids.device) + 2 + torch.arange(num_labels, device=ids.device)]  # [A, N]
+        log_probs = logits.log_softmax(dim=-1).transpose(0, 1)  # [T, A, C]
+        return nn.functional.ctc_loss(log_probs, labels, torch.full((a,), t, dtype=torch.long),
+                                      torch.full((a,), num_labels, dtype=torch.long), blank=classes - 1,
+                                      reduction="mean", zero_infinity=True)
+    padded = torch.cat([ids, torch.full((t + 2,), IGNORE, dtype=ids.dtype, device=ids.device)])
+    labels = padded[anchors[:, None].to(ids.device) + 2 + torch.arange(t, device=ids.device)]  # [A, T]
+    return nn.functional.cross_entropy(logits.reshape(-1, classes), labels.reshape(-1), ignore_index=IGNORE)
+
+
+def accepted_length(tree: DraftTree, truth: list[int]) -> int:
+    """Tokens greedy verification emits when the target's continuation after the root is ``truth``."""
+    children: dict[tuple[int, int], int] = {}
+    for node, parent in enumerate(tree.parents_list[1:], start=1):
+        children.setdefault((parent, int(tree.tokens[node])), node)
+    node, matched = 0, 0
+    for token in truth:
+        node = children.get((node, token), -1)
+        if node < 0:
+            break
+        matched += 1
+    return matched + 1
+
+
+@torch.no_grad()
+def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sample], config: CTCTrainConfig) -> dict:
+    """Held-out loss and offline acceptance (tau per tree budget) of the transform's trees."""
+    module.eval()
+    horizon = max(config.num_slots, config.num_labels)
+    losses, accepted = [], {b: [] for b in config.eval_budgets}
+    transform_s, anchors_seen = 0.0, 0
+    for sample in samples:
+        loss = sample_loss(module, target, sample, config.num_labels)
+        if loss is not None:
+            losses.append(loss.item())
+        anchors = anchors_of(sample, horizon)
+        if len(anchors) == 0:
+            continue
+        logits = sequence_logits(module, target, sample, anchors)  # [A, T, C]
+        ids = sample.input_ids.tolist()
+        for row, s in zip(logits, anchors.tolist()):
+            began = time.perf_counter()
+            tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob)
+            candidates = prefix_beam_search(tokens, probs, blanks, config.beam)
+            trees = {b: candidate_tree(ids[s + 1], candidates, b) for b in config.eval_budgets}
+            transform_s += time.perf_counter() - began
+            truth = ids[s + 2 : s + 2 + horizon]
+            for b, tree in trees.items():
+                accepted[b].append(accepted_length(tree, truth))
+            anchors_seen += 1
+    return {
+        "heldout_loss": sum(losses) / max(1, len(losses)),
+        "heldout_anchors": anchors_seen,
+        "heldout_tau_by_budget": {str(b): sum(v) / max(1, len(v)) for b, v in accepted.items()},
+        "transform_ms_per_anchor": 1000 * transform_s / max(1, anchors_seen) / len(config.eval_budgets),
+    }
+
+
+def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True) -> dict:
+    """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
+    from tqdm import tqdm
+
+    if config.method not in METHODS:
+        raise SpecbenchError(f"unknown CTC method {config.method!r}; choose {', '.join(METHODS)}")
+    if config.method == "ctc" and config.num_labels >= config.num_slots:
+        raise SpecbenchError(f"--num-labels ({config.num_labels}) must be below --num-slots ({config.num_slots}) for CTC")
+    manifest = checked_manifest(Path(config.cache), target)
+    torch.manual_seed(config.seed)
+    freeze(target)
+    train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
+    heldout = list(iter_samples(Path(config.cache), "heldout"))
+    module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots)
+    module = module.to(target.device)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(train) / config.samples_per_step)
+    scheduler = warmup_cosine(optimizer, config.warmup_steps, steps_per_epoch * config.epochs)
+    checkpoints = EpochCheckpoints(Path(config.out), module, optimizer, scheduler)
+    first_epoch, history, seconds = checkpoints.resume(config.epochs)
+    for epoch in range(first_epoch, config.epochs):
+        began = time.perf_counter()
+        module.train()
+        order = list(range(len(train)))
+        random.Random(config.seed + epoch).shuffle(order)
+        losses = []
+        bar = tqdm(range(steps_per_epoch), desc=f"{config.method} epoch {epoch + 1}/{config.epochs}", disable=not progress)
+        for step in bar:
+            optimizer.zero_grad(set_to_none=True)
+            batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
+            step_losses = []
+            for sample in batch:
+                loss = sample_loss(module, target, sample, config.num_labels)
+                if loss is not None:
+                    (loss / len(batch)).backward()
+                    step_losses.append(loss.item())
+            optimizer.step()
+            scheduler.step()
+            if step_losses:
+                losses.append(sum(step_losses) / len(step_losses))
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        seconds += time.perf_counter() - began
+        tenth = max(1, len(losses) // 10)
+        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
+                        "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
+        checkpoints.save(epoch + 1, history, seconds)
+    metrics = evaluate(module, target, heldout, config)
+    recipe = {
+        "method": config.method,
+        "target": target_identity(target.handle),
+        "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config"),
+                 "train_samples": len(train), "heldout_samples": len(heldout)},
+        "hyperparameters": asdict(config) | {"cache": None, "out": None, "num_heads": target.config.num_attention_heads},
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "metrics": metrics,
+        "history": history,
+        "training_seconds": seconds,
+        "torch_threads": torch.get_num_threads(),
+    }
+    save_checkpoint(Path(config.out), module.state_dict(), recipe)
+    return recipe

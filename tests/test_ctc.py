@@ -1,0 +1,200 @@
+"""The CTC-drafter: collapse and prefix beam search on literal examples and against brute force, blank
+handling, depth renumbering of collapsed candidates, the module's cached inference against its training
+forward, a CI-sized training run for ctc and its cross-entropy ablation, and lossless drafting."""
+
+from __future__ import annotations
+
+import doctest
+from contextlib import nullcontext
+import itertools
+import json
+import math
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import build_tiny_model, make_target, plain_greedy
+from specbench.drafter import DraftContext
+from specbench.drafters import ctc_transform
+from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
+from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
+from specbench.drafters.ctc_transform import candidate_tree, collapse, prefix_beam_search, slot_candidates
+from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, train_ctc
+from specbench.drafters.training.distill import DistillConfig, run_distill
+from specbench.errors import SpecbenchError
+from specbench.harness.loop import generate
+from specbench.tree import DraftTree
+
+BLANK = -1
+
+
+def test_doctests_of_the_transform():
+    result = doctest.testmod(ctc_transform)
+    assert result.attempted >= 4 and result.failed == 0
+
+
+@pytest.mark.parametrize("alignment, expected", [
+    ([4, 4, 4, 4], (4,)),
+    ([4, BLANK, 4], (4, 4)),
+    ([BLANK, 4, 5, 5, BLANK, 6], (4, 5, 6)),
+    ([BLANK, BLANK, BLANK], ()),
+    ([4, 5, 4, 5], (4, 5, 4, 5)),
+    ([], ()),
+])
+def test_collapse_literals(alignment, expected):
+    assert collapse(alignment, blank=BLANK) == expected
+
+
+def brute_force(slot_tokens, slot_probs, blank_probs):
+    """P(collapse(alignment) = c) summed over every alignment of the kept classes."""
+    totals: dict[tuple[int, ...], float] = {}
+    choices = [list(zip(tokens, probs)) + ([(BLANK, blank_probs[t])] if blank_probs else [])
+               for t, (tokens, probs) in enumerate(zip(slot_tokens, slot_probs))]
+    for alignment in itertools.product(*choices):
+        labels = [label for label, _ in alignment]
+        p = math.prod(prob for _, prob in alignment)
+        key = collapse(labels, BLANK) if blank_probs else tuple(labels)
+        totals[key] = totals.get(key, 0.0) + p
+    return totals
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 3), st.booleans(), st.integers(0, 10_000))
+def test_prefix_beam_search_equals_brute_force_with_a_wide_beam(slots, k, with_blank, seed):
+    rng = random.Random(seed)
+    slot_tokens = [rng.sample(range(3), k) for _ in range(slots)]  # few tokens, so repeats are common
+    slot_probs, blank_probs = [], []
+    for _ in range(slots):
+        weights = [rng.random() + 1e-3 for _ in range(k + 1)]
+        total = sum(weights)
+        slot_probs.append([w / total for w in weights[:k]])
+        blank_probs.append(weights[k] / total)
+    blanks = blank_probs if with_blank else None
+    found = dict(prefix_beam_search(slot_tokens, slot_probs, blanks, beam=10_000))
+    expected = {c: p for c, p in brute_force(slot_tokens, slot_probs, blanks).items() if p > 0}
+    assert found.keys() == expected.keys()
+    for candidate, p in expected.items():
+        assert found[candidate] == pytest.approx(p, rel=1e-9, abs=1e-15)
+
+
+def test_prefix_beam_search_merges_duplicates_and_keeps_the_beam():
+    # "9 9 _", "9 _ _", "_ 9 _", "_ _ 9", "9 _ 9"... every candidate appears once, best first
+    tokens, probs, blanks = [[9]] * 3, [[0.5]] * 3, [0.5] * 3
+    found = prefix_beam_search(tokens, probs, blanks, beam=3)
+    assert len(found) == len({c for c, _ in found}) <= 3
+    assert [p for _, p in found] == sorted((p for _, p in found), reverse=True)
+    assert found[0][0] == (9,)  # 9 9 9 / 9 9 _ / 9 _ _ / _ 9 9 / ... : 6 of the 8 alignments
+
+
+def test_repeat_needs_a_blank_between():
+    # certain "4 4" in two slots is one 4; with a certain blank between it is two
+    assert prefix_beam_search([[4], [4]], [[1.0], [1.0]], [0.0, 0.0], beam=4) == [((4,), 1.0)]
+    assert prefix_beam_search([[4], [4], [4]], [[1.0], [0.0], [1.0]], [0.0, 1.0, 0.0], beam=4)[0] == ((4, 4), 1.0)
+
+
+def test_candidate_tree_renumbers_positions_by_depth_and_respects_the_budget():
+    # "4 4 _ 4 5 5" collapses to (4, 4, 5): three drafted nodes at depths 1, 2, 3, not slots 1, 4, 5
+    candidate = collapse([4, 4, BLANK, 4, 5, 5], BLANK)
+    tree = candidate_tree(11, [(candidate, 0.9)], budget=16)
+    assert tree.tokens.tolist() == [11, 4, 4, 5] and tree.depths() == [0, 1, 2, 3]
+    candidates = [((1, 2, 3), 0.4), ((1, 2, 4), 0.3), ((5,), 0.2), ((1, 6), 0.05)]
+    for budget in range(1, 9):
+        small = candidate_tree(0, candidates, budget)
+        small.validate(0, budget)
+        assert len(small) == min(budget, 7)
+    # the heaviest nodes first: (1) .75, (1,2) .7, (1,2,3) .4, (1,2,4) .3, (5) .2
+    chosen = candidate_tree(0, candidates, 6)  # nodes in breadth-first order, parents first
+    assert chosen.tokens.tolist() == [0, 1, 5, 2, 3, 4] and chosen.parents.tolist() == [-1, 0, 0, 1, 3, 3]
+    assert candidate_tree(0, [((), 1.0)], 8).tokens.tolist() == [0]
+
+
+def test_slot_candidates_keep_the_best_and_report_the_blank():
+    logits = torch.tensor([[2.0, 0.0, -9.0, 1.0], [-9.0, -9.0, 5.0, -9.0]])  # 3 tokens + blank
+    tokens, probs, blanks = slot_candidates(logits, has_blank=True, top_k=2, min_prob=0.05)
+    full = logits.softmax(-1)
+    assert tokens == [[0, 1], [2]] and blanks == pytest.approx(full[:, 3].tolist())
+    assert probs[0] == pytest.approx(full[0, :2].tolist())
+    tokens, _, blanks = slot_candidates(logits, has_blank=False, top_k=1, min_prob=0.0)
+    assert tokens == [[0], [2]] and blanks is None
+
+
+def test_accepted_length_walks_the_truth():
+    tree = DraftTree.from_sequences(7, [[1, 2, 3], [1, 4]])
+    assert accepted_length(tree, [1, 2, 3, 9]) == 4
+    assert accepted_length(tree, [1, 4, 4]) == 3
+    assert accepted_length(tree, [5]) == 1
+
+
+@pytest.mark.parametrize("blank", [True, False])
+def test_cached_inference_equals_the_training_forward(blank):
+    torch.manual_seed(0)
+    module = AttentionDraftModule(32, num_slots=4, num_heads=4, blank=blank)
+    for p in module.parameters():  # leave the zero/identity initialisation so every path matters
+        torch.nn.init.normal_(p, std=0.2)
+    lm_head = torch.nn.Linear(32, 11, bias=False)
+    hidden, following = torch.randn(9, 32), torch.randn(9, 32)  # positions 0..8, embeddings of tokens 1..9
+    anchors = torch.tensor([2, 5, 8])
+    with torch.no_grad():
+        batched = module.logits(module.forward_sequence(hidden, following, anchors), lm_head)  # [3, T, C]
+        cache = ContextCache()
+        for start, stop in [(0, 3), (3, 6), (6, 9)]:  # grown in steps, as accepted paths arrive
+            cache.extend(module, hidden[start:stop], following[start:stop])
+            torch.testing.assert_close(cache.draft_logits(module, lm_head), batched[start // 3], rtol=1e-5, atol=1e-5)
+    assert batched.shape == (3, 4, 11 + blank)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target(build_tiny_model("llama"))
+
+
+@pytest.fixture(scope="module")
+def cache(target, tmp_path_factory):
+    rng = random.Random(1)
+    prompts = [[rng.randrange(90) for _ in range(rng.randint(3, 10))] for _ in range(24)]
+    out = tmp_path_factory.mktemp("distill")
+    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8), target,
+                {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("method, drafter_class", [("ctc", CTCDrafter), ("ctc-ce", CTCCrossEntropyDrafter)])
+def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_class, target, cache, tmp_path):
+    config = CTCTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_slots=4, num_labels=2,
+                            epochs=3, lr=1e-2, samples_per_step=2, warmup_steps=2, eval_budgets=[2, 6])
+    recipe = train_ctc(config, target, progress=False)
+    history = recipe["history"]
+    assert history[-1]["last_tenth_loss"] < history[0]["first_tenth_loss"]
+    saved = json.loads((tmp_path / f"{method}.json").read_text())
+    assert saved["metrics"] == recipe["metrics"] and saved["method"] == method
+    taus = recipe["metrics"]["heldout_tau_by_budget"]
+    assert 1.0 <= taus["2"] <= taus["6"] <= 1 + 4
+    assert (tmp_path / f"{method}.epoch3.pt").exists()
+    resumed = train_ctc(config, target, progress=False)["metrics"]  # picks up after epoch 3: same weights
+    timing = "transform_ms_per_anchor"
+    assert {k: v for k, v in resumed.items() if k != timing} == {k: v for k, v in recipe["metrics"].items() if k != timing}
+
+    drafter = drafter_class(checkpoint=str(tmp_path / method))
+    for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
+        for budget in (1, 3, 12):
+            result = generate(target, drafter, prompt, max_new_tokens=30, budget=budget)
+            assert result.output_ids == plain_greedy(target.model, prompt, 30, target.eos_ids)
+    assert (drafter.module.blank is not None) == (method == "ctc")
+
+
+def test_ctc_needs_fewer_labels_than_slots(target, cache, tmp_path):
+    config = CTCTrainConfig(method="ctc", cache=str(cache), out=str(tmp_path / "x"), num_slots=4, num_labels=4)
+    with pytest.raises(SpecbenchError, match="num-labels"):
+        train_ctc(config, target, progress=False)
+
+
+def test_drafter_refuses_to_skip_reset(target, drafter_for):
+    drafter = drafter_for("ctc", target)
+    generate(target, drafter, [5, 17, 42], max_new_tokens=5, budget=4)
+    ctx = DraftContext(tokens=torch.tensor([1, 2, 3]), root=3, hidden=torch.zeros(2, 32), target=target.handle,
+                       budget=4, span=lambda name: nullcontext())
+    with pytest.raises(RuntimeError, match="reset"):
+        drafter.propose(ctx)
