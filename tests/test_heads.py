@@ -87,3 +87,36 @@ def test_training_lowers_loss_and_round_trips(method, target, cache, tmp_path):
     object.__setattr__(other.handle, "sha256", "f" * 64)
     with pytest.raises(SpecbenchError, match="trained for target"):
         DRAFTERS[method](checkpoint=str(tmp_path / method)).reset(other.handle)
+
+
+def test_teacher_loss_targets_the_targets_distribution(target, cache):
+    """Hydra++'s teacher loss: head k on row r is scored against lm_head(hidden[r + 1 + k]); with the
+    student's logits set to the teacher's, the loss is the teacher's entropy (its minimum)."""
+    from specbench.drafters.training.heads import IGNORE, teacher_loss
+
+    hidden, windows = position_dataset(cache, "train", lookahead=2)
+    index = torch.tensor([0, 22, 23])  # rows 22, 23 end the first sample: one and zero tokens after the root
+    labels = windows[index, 1:3].T  # [2, 3]
+    assert (labels == IGNORE).tolist() == [[False, False, True], [False, True, True]]
+    with torch.no_grad():
+        teacher = torch.stack([target.lm_head(hidden[(index + 1 + k).clamp(max=len(hidden) - 1)].float()) for k in range(2)])
+        loss = teacher_loss(teacher, labels, hidden, index, target)
+        probs = teacher.softmax(-1)
+        entropy = -(probs * probs.log()).sum(-1)  # [2, 3]
+        valid = labels != IGNORE
+        expected = (entropy * valid).sum(1) / valid.sum(1)
+    torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
+    shifted = teacher_loss(teacher.roll(1, dims=-1), labels, hidden, index, target)
+    assert (shifted > loss).all()
+
+
+def test_hydra_with_teacher_loss_trains_and_drafts_losslessly(target, cache, tmp_path):
+    config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "hydra"), num_heads=3, epochs=2,
+                             lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4, loss="teacher")
+    recipe = train_heads(config, target, progress=False)
+    assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
+    assert recipe["hyperparameters"]["loss"] == "teacher"
+    drafter = HydraDrafter(checkpoint=str(tmp_path / "hydra"))
+    for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
+        result = generate(target, drafter, prompt, max_new_tokens=20, budget=8)
+        assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)

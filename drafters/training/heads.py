@@ -46,6 +46,7 @@ class HeadTrainConfig:
     max_rank: int = 10
     max_train_positions: int | None = None
     seed: int = 0
+    loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++)
 
 
 def position_dataset(cache: Path, split: str, lookahead: int, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,6 +81,25 @@ def head_logits(module: nn.Module, target: TargetModel, hidden: torch.Tensor, wi
     return target.lm_head(features)
 
 
+def teacher_loss(logits: torch.Tensor, labels: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor,
+                 target: TargetModel) -> torch.Tensor:
+    """Per-head cross-entropy [K] against the target's own distributions (Hydra++'s teacher loss).
+
+    Head k (0-based) on position t guesses x_{t+2+k}; the target's distribution over that token comes from
+    its hidden state at t+1+k, which is row ``index + 1 + k`` of the flat dataset whenever the label
+    exists (rows of one sample are consecutive positions). logits [K, B, V], labels [K, B], index [B].
+    """
+    losses = []
+    for k in range(logits.shape[0]):
+        valid = labels[k] != IGNORE  # [B]
+        rows = (index + 1 + k).clamp(max=len(hidden) - 1)
+        with torch.no_grad():
+            teacher = target.lm_head(hidden[rows].to(target.device, target.dtype)).float().softmax(dim=-1)  # [B, V]
+        per_position = -(teacher * logits[k].float().log_softmax(dim=-1)).sum(dim=-1)  # [B]
+        losses.append((per_position * valid).sum() / valid.sum().clamp(min=1))
+    return torch.stack(losses)
+
+
 def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor,
              max_rank: int, batch_size: int) -> dict:
     """Held-out top-1 / top-k accuracy per head, and P(rank r is the target's token) per head and rank."""
@@ -111,6 +131,8 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
 
     if config.method not in MODULES:
         raise SpecbenchError(f"unknown head method {config.method!r}; choose {', '.join(MODULES)}")
+    if config.loss not in ("greedy", "teacher"):
+        raise SpecbenchError(f"unknown loss {config.loss!r}; choose greedy or teacher")
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
@@ -141,10 +163,13 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
             w = windows[index].to(target.device)
             logits = head_logits(module, target, h, w)  # [K, B, V]
             labels = w[:, 1 : config.num_heads + 1].T  # [K, B]
-            per_head = torch.stack([
-                nn.functional.cross_entropy(logits[k].float(), labels[k], ignore_index=IGNORE)
-                for k in range(config.num_heads)
-            ])
+            if config.loss == "teacher":
+                per_head = teacher_loss(logits, labels, hidden, index, target)
+            else:
+                per_head = torch.stack([
+                    nn.functional.cross_entropy(logits[k].float(), labels[k], ignore_index=IGNORE)
+                    for k in range(config.num_heads)
+                ])
             loss = (weights * per_head).sum()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
