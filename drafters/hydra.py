@@ -5,7 +5,9 @@ Head d (d = 1..K) guesses the token d places after the root from ``[h; E(root); 
 ``h + SiLU(W_d [...] + b_d)`` block (W zero-initialised) then optional residual blocks, then the target's
 frozen ``lm_head``. The tree has the same static rank-path shape as medusa's, but is expanded depth by
 depth: every node at depth d - 1 that has children runs head d on its own path (batched per depth).
-Training is teacher-forced on the target's own tokens.
+Training is teacher-forced on the target's own tokens. Hydra++ options: the teacher-distribution loss
+(`specbench train hydra --loss teacher`) and a prefix-attention layer over the context's hidden states
+(`--prefix-heads N`, see `prefix_attention.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafter import DraftContext
+from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.medusa import HeadDrafter, ResBlock
+from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
 
@@ -35,9 +38,13 @@ class HydraHead(nn.Module):
 
 
 class HydraHeads(nn.Module):
-    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1) -> None:
+    """K sequentially dependent heads; with ``prefix_heads`` > 0, Hydra++'s prefix attention layer (that
+    many attention heads) turns the context's hidden states into the heads' input first."""
+
+    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1, prefix_heads: int = 0) -> None:
         super().__init__()
         self.heads = nn.ModuleList(HydraHead(hidden, d + 1, num_layers) for d in range(num_heads))
+        self.prefix = PrefixAttention(hidden, prefix_heads) if prefix_heads else None
 
     def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
         """Teacher-forced features [K, B, H]: head d sees the true root .. y_{d-1} (window_embeddings [B, K, H])."""
@@ -50,9 +57,28 @@ class HydraDrafter(HeadDrafter):
     method = "hydra"
     module_class = HydraHeads
 
+    def build_module(self, recipe: dict, target: TargetHandle) -> HydraHeads:
+        config = recipe["hyperparameters"]
+        return HydraHeads(target.config.hidden_size, config["num_heads"], config["num_layers"],
+                          config.get("prefix_heads", 0))
+
+    def start_sequence(self) -> None:
+        self.prefix_cache = PrefixCache()
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        """With prefix attention, every step's accepted hidden states extend the layer's cache first."""
+        if self.module.prefix is None:
+            self.h = ctx.hidden[-1]  # [H]
+        else:
+            if self.prefix_cache.length != len(ctx.tokens) - 1 - ctx.hidden.shape[0]:
+                raise RuntimeError(f"{self.name or self.method}: prefix cache out of step (call reset before each sequence)")
+            self.h = self.prefix_cache.extend(self.module.prefix, ctx.hidden)  # h' [H]
+        return super().propose(ctx)
+
     def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
         embed, device = ctx.target.embed_tokens, ctx.target.device
-        h = ctx.hidden[-1]  # [H]
+        h = self.h  # [H]
         tokens = torch.zeros(len(shape), dtype=torch.long)
         tokens[0] = ctx.root
         path_embeddings = {0: embed(torch.tensor([ctx.root], device=device))}  # node -> [depth + 1, H]

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-train-positions", type=int, default=None, help="medusa, hydra")
     train.add_argument("--loss", choices=["greedy", "teacher"], default="greedy",
                        help="medusa, hydra: CE on the target's tokens, or on its distributions (Hydra++)")
+    train.add_argument("--prefix-heads", type=int, default=0,
+                       help="hydra: add Hydra++'s prefix attention layer with this many attention heads (0: none)")
     train.add_argument("--num-slots", type=int, default=8, help="ctc: T slots")
     train.add_argument("--num-labels", type=int, default=4, help="ctc: N target tokens per anchor (N < T)")
     train.add_argument("--samples-per-step", type=int, default=2, help="ctc: sequences per optimiser step")
@@ -262,7 +264,8 @@ def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
 
     config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
                              num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
-                             max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss)
+                             max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
+                             prefix_heads=args.prefix_heads)
     recipe = train_heads(config, load_target(args.model), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "

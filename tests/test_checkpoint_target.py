@@ -38,7 +38,7 @@ def run(*args):
                           capture_output=True, text=True, env=os.environ.copy(), timeout=600)
 
 
-@pytest.mark.parametrize("method", ["medusa", "hydra"])
+@pytest.mark.parametrize("method", ["medusa", "hydra", "ctc", "ctc-ce"])
 def test_wrong_target_is_one_line_exit_2(other_model, tmp_path, method):
     result = run("--model", str(other_model), "--drafters", f"vanilla,{method}", "--out", str(tmp_path / "a"))
     assert result.returncode == 2, result.stderr

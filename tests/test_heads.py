@@ -120,3 +120,35 @@ def test_hydra_with_teacher_loss_trains_and_drafts_losslessly(target, cache, tmp
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
         result = generate(target, drafter, prompt, max_new_tokens=20, budget=8)
         assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)
+
+
+def test_prefix_cache_equals_the_sequence_forward():
+    from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
+
+    torch.manual_seed(0)
+    layer = PrefixAttention(32, 4)
+    for p in layer.parameters():  # leave the identity initialisation so attention matters
+        torch.nn.init.normal_(p, std=0.2)
+    hidden = torch.randn(10, 32)
+    with torch.no_grad():
+        full = layer.forward_sequence(hidden)  # [10, H]
+        cache = PrefixCache()
+        for start, stop in [(0, 4), (4, 5), (5, 10)]:
+            torch.testing.assert_close(cache.extend(layer, hidden[start:stop]), full[stop - 1], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(full, hidden)
+
+
+def test_hydra_with_prefix_attention_trains_and_drafts_losslessly(target, cache, tmp_path):
+    config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "hydra"), num_heads=3, epochs=3,
+                             lr=1e-2, batch_size=128, warmup_steps=2, max_rank=4, prefix_heads=4)
+    recipe = train_heads(config, target, progress=False)
+    assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
+    assert recipe["data"]["train_positions"] == 20 * 24 and recipe["metrics"]["heldout_positions"] == 4 * 23  # the last position has no label
+    drafter = HydraDrafter(checkpoint=str(tmp_path / "hydra"))
+    for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
+        for budget in (1, 8):
+            result = generate(target, drafter, prompt, max_new_tokens=20, budget=budget)
+            assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)
+    assert drafter.module.prefix is not None
+    with pytest.raises(SpecbenchError, match="hydra option"):
+        train_heads(HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "m"), prefix_heads=2), target)

@@ -22,7 +22,7 @@ from specbench.checkpoint import save_checkpoint, target_identity
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import MedusaHeads
 from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
-from specbench.drafters.training.distill import iter_samples
+from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
 
@@ -47,6 +47,19 @@ class HeadTrainConfig:
     max_train_positions: int | None = None
     seed: int = 0
     loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++)
+    prefix_heads: int = 0  # hydra: > 0 adds Hydra++'s prefix attention layer with that many attention heads
+
+
+def response_positions(sample: Sample) -> tuple[int, int]:
+    """[start, end): positions t whose next token x_{t+1} is a response token (the root of a draft)."""
+    return sample.prompt_len - 1, len(sample.input_ids) - 1
+
+
+def sample_windows(sample: Sample, lookahead: int) -> torch.Tensor:
+    """windows [P, lookahead + 1]: x_{t+1} .. x_{t+1+lookahead} for each response position t (IGNORE-padded)."""
+    start, end = response_positions(sample)
+    padded = torch.cat([sample.input_ids, torch.full((lookahead + 1,), IGNORE, dtype=torch.long)])
+    return padded[torch.arange(start, end)[:, None] + 1 + torch.arange(lookahead + 1)]
 
 
 def position_dataset(cache: Path, split: str, lookahead: int, limit: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,13 +67,10 @@ def position_dataset(cache: Path, split: str, lookahead: int, limit: int | None 
     hidden, windows = [], []
     count = 0
     for sample in iter_samples(cache, split):
-        ids = sample.input_ids
-        start, end = sample.prompt_len - 1, len(ids) - 1  # positions whose next token is a response token
+        start, end = response_positions(sample)
         if end <= start:
             continue
-        padded = torch.cat([ids, torch.full((lookahead + 1,), IGNORE, dtype=torch.long)])
-        positions = torch.arange(start, end)
-        windows.append(padded[positions[:, None] + 1 + torch.arange(lookahead + 1)])  # [P, lookahead + 1]
+        windows.append(sample_windows(sample, lookahead))
         hidden.append(sample.hidden[start:end])
         count += end - start
         if limit is not None and count >= limit:
@@ -125,6 +135,49 @@ def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windo
     }
 
 
+class PositionBatches:
+    """Training batches of single positions (the heads see h_t alone): shuffled rows of the flat dataset."""
+
+    def __init__(self, hidden: torch.Tensor, windows: torch.Tensor, batch_size: int) -> None:
+        self.hidden, self.windows, self.batch_size = hidden, windows, batch_size
+        self.steps = math.ceil(len(hidden) / batch_size)
+        self.positions = len(hidden)
+
+    def epoch(self, generator: torch.Generator):
+        order = torch.randperm(len(self.hidden), generator=generator)
+        for step in range(self.steps):
+            index = order[step * self.batch_size : (step + 1) * self.batch_size]
+            yield lambda module, index=index: (self.hidden[index], self.windows[index], self.hidden, index)
+
+
+class SequenceBatches:
+    """Training batches of whole samples, for heads behind prefix attention (h'_t needs h_0 .. h_t)."""
+
+    def __init__(self, samples: list[Sample], lookahead: int, batch_size: int) -> None:
+        self.samples, self.lookahead = samples, lookahead
+        self.per_step = max(1, batch_size // 128)  # ~128 response positions per distilled sample
+        self.steps = math.ceil(len(samples) / self.per_step)
+        self.positions = sum(response_positions(s)[1] - response_positions(s)[0] for s in samples)
+
+    def inputs(self, module: nn.Module, group: list[Sample]) -> tuple[torch.Tensor, ...]:
+        """(h' rows, windows, raw hidden rows, their row index) of the samples in ``group``."""
+        features, windows, raw = [], [], []
+        for sample in group:
+            start, end = response_positions(sample)
+            context = sample.hidden[:end].to(module.prefix.norm.weight.device, torch.float32)  # [end, H]
+            features.append(module.prefix.forward_sequence(context)[start:end])
+            windows.append(sample_windows(sample, self.lookahead))
+            raw.append(sample.hidden[start:end])
+        raw_rows = torch.cat(raw)
+        return torch.cat(features), torch.cat(windows), raw_rows, torch.arange(len(raw_rows))
+
+    def epoch(self, generator: torch.Generator):
+        order = torch.randperm(len(self.samples), generator=generator).tolist()
+        for step in range(self.steps):
+            group = [self.samples[i] for i in order[step * self.per_step : (step + 1) * self.per_step]]
+            yield lambda module, group=group: self.inputs(module, group)
+
+
 def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Train, checkpoint each epoch to ``<out>.epoch<N>`` (resume from the newest), write the final recipe."""
     from tqdm import tqdm
@@ -133,38 +186,42 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         raise SpecbenchError(f"unknown head method {config.method!r}; choose {', '.join(MODULES)}")
     if config.loss not in ("greedy", "teacher"):
         raise SpecbenchError(f"unknown loss {config.loss!r}; choose greedy or teacher")
+    if config.prefix_heads and config.method != "hydra":
+        raise SpecbenchError("prefix attention (--prefix-heads) is a hydra option")
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
-    hidden, windows = position_dataset(Path(config.cache), "train", config.num_heads, config.max_train_positions)
-    held_hidden, held_windows = position_dataset(Path(config.cache), "heldout", config.num_heads)
-    module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers).to(target.device)
+    options = {"prefix_heads": config.prefix_heads} if config.prefix_heads else {}
+    module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers, **options)
+    module = module.to(target.device)
+    if config.prefix_heads:
+        samples = [s for s in iter_samples(Path(config.cache), "train") if response_positions(s)[1] > response_positions(s)[0]]
+        batches = SequenceBatches(samples, config.num_heads, config.batch_size)
+    else:
+        hidden, windows = position_dataset(Path(config.cache), "train", config.num_heads, config.max_train_positions)
+        batches = PositionBatches(hidden, windows, config.batch_size)
     optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(len(hidden) / config.batch_size)
-    total_steps = steps_per_epoch * config.epochs
-
-    scheduler = warmup_cosine(optimizer, config.warmup_steps, total_steps)
+    scheduler = warmup_cosine(optimizer, config.warmup_steps, batches.steps * config.epochs)
     weights = torch.tensor([config.head_decay**k for k in range(config.num_heads)], device=target.device)
     stem = Path(config.out)
     checkpoints = EpochCheckpoints(stem, module, optimizer, scheduler)
     first_epoch, history, seconds = checkpoints.resume(config.epochs)
     generator = torch.Generator().manual_seed(config.seed)
     for _ in range(first_epoch):
-        torch.randperm(len(hidden), generator=generator)  # keep the shuffles of a resumed run identical
+        list(batches.epoch(generator))  # keep the shuffles of a resumed run identical
     for epoch in range(first_epoch, config.epochs):
         began = time.perf_counter()
         module.train()
-        order = torch.randperm(len(hidden), generator=generator)
         losses = []
-        bar = tqdm(range(steps_per_epoch), desc=f"{config.method} epoch {epoch + 1}/{config.epochs}", disable=not progress)
-        for step in bar:
-            index = order[step * config.batch_size : (step + 1) * config.batch_size]
-            h = hidden[index].to(target.device, target.dtype)
-            w = windows[index].to(target.device)
+        bar = tqdm(batches.epoch(generator), total=batches.steps, desc=f"{config.method} epoch {epoch + 1}/{config.epochs}",
+                   disable=not progress)
+        for make_inputs in bar:
+            h, w, raw, index = make_inputs(module)  # h [B, H] (grad flows into a prefix layer), w [B, K + 1]
+            h, w = h.to(target.device, target.dtype), w.to(target.device)
             logits = head_logits(module, target, h, w)  # [K, B, V]
             labels = w[:, 1 : config.num_heads + 1].T  # [K, B]
             if config.loss == "teacher":
-                per_head = teacher_loss(logits, labels, hidden, index, target)
+                per_head = teacher_loss(logits, labels, raw, index, target)
             else:
                 per_head = torch.stack([
                     nn.functional.cross_entropy(logits[k].float(), labels[k], ignore_index=IGNORE)
@@ -182,12 +239,13 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         history.append({"epoch": epoch + 1, "train_loss_per_head": mean, "first_batch_loss": losses[0].tolist(),
                         "last_batch_loss": losses[-1].tolist()})
         checkpoints.save(epoch + 1, history, seconds)
+    held_hidden, held_windows = heldout_inputs(module, Path(config.cache), config.num_heads)
     metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size)
     recipe = {
         "method": config.method,
         "target": target_identity(target.handle),
         "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config"),
-                 "train_positions": len(hidden), "heldout_positions": len(held_hidden)},
+                 "train_positions": batches.positions, "heldout_positions": len(held_hidden)},
         "hyperparameters": asdict(config) | {"cache": None, "out": None},
         "parameters": sum(p.numel() for p in module.parameters()),
         "metrics": metrics,
@@ -197,3 +255,19 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     }
     save_checkpoint(stem, module.state_dict(), recipe)
     return recipe
+
+
+def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Held-out head inputs [N, H] and windows: h_t, or h'_t behind a prefix attention layer."""
+    if getattr(module, "prefix", None) is None:
+        return position_dataset(cache, "heldout", lookahead)
+    features, windows = [], []
+    module.eval()
+    with torch.no_grad():
+        for sample in iter_samples(cache, "heldout"):
+            start, end = response_positions(sample)
+            if end > start:
+                context = sample.hidden[:end].to(module.prefix.norm.weight.device, torch.float32)  # [end, H]
+                features.append(module.prefix.forward_sequence(context)[start:end])
+                windows.append(sample_windows(sample, lookahead))
+    return torch.cat(features), torch.cat(windows)

@@ -1,0 +1,75 @@
+"""Hydra++'s prefix attention: one causal decoder layer over the target's hidden states.
+
+Plain Hydra heads see only the last hidden state h_t. With prefix attention they see
+``h'_t = h_t + Attn(h_{<=t}) + MLP(...)``: a pre-norm self-attention layer (RoPE positions, causal) and a
+SwiGLU MLP over the whole context, output projections zero-initialised so an untrained layer is the
+identity. At inference the layer's keys and values are cached per sequence, so each step costs one query.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specbench.drafters.layers import rope
+
+
+class PrefixAttention(nn.Module):
+    def __init__(self, hidden: int, num_heads: int) -> None:
+        super().__init__()
+        if hidden % num_heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by {num_heads} heads")
+        self.num_heads, self.head_dim = num_heads, hidden // num_heads
+        self.norm = nn.RMSNorm(hidden)
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        self.mlp_norm = nn.RMSNorm(hidden)
+        self.gate_proj = nn.Linear(hidden, 2 * hidden, bias=False)
+        self.up_proj = nn.Linear(hidden, 2 * hidden, bias=False)
+        self.down_proj = nn.Linear(2 * hidden, hidden, bias=False)
+        nn.init.zeros_(self.o_proj.weight)
+        nn.init.zeros_(self.down_proj.weight)
+
+    def keys_values(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [P, heads, d] of hidden [P, H] at sequence positions [P]."""
+        normed = self.norm(hidden)
+        shape = (hidden.shape[0], self.num_heads, self.head_dim)
+        return rope(self.k_proj(normed).view(shape), positions), self.v_proj(normed).view(shape)
+
+    def attend(self, hidden: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+               mask: torch.Tensor | None) -> torch.Tensor:
+        """Outputs [Q, H] for query rows hidden [Q, H] at positions [Q] over keys/values [P, heads, d];
+        mask: bool [Q, P] (True = visible) or None (all visible)."""
+        q = rope(self.q_proj(self.norm(hidden)).view(hidden.shape[0], self.num_heads, self.head_dim), positions)
+        attended = nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)  # [heads, Q, d]
+        x = hidden + self.o_proj(attended.transpose(0, 1).reshape(hidden.shape))
+        normed = self.mlp_norm(x)
+        return x + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+
+    def forward_sequence(self, hidden: torch.Tensor) -> torch.Tensor:
+        """h' [P, H] for every position of one sequence's hidden states [P, H] (causal)."""
+        positions = torch.arange(hidden.shape[0], device=hidden.device)
+        keys, values = self.keys_values(hidden, positions)
+        causal = positions[:, None] >= positions[None, :]  # [P, P]
+        return self.attend(hidden, positions, keys, values, causal)
+
+
+class PrefixCache:
+    """The prefix layer's keys and values for one sequence, grown as accepted hidden states arrive."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None  # [P, heads, d]
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def extend(self, layer: PrefixAttention, hidden: torch.Tensor) -> torch.Tensor:
+        """Append hidden [m, H] (the next m positions); return h' [H] of the newest position."""
+        positions = torch.arange(self.length, self.length + hidden.shape[0], device=hidden.device)
+        k, v = layer.keys_values(hidden, positions)
+        self.keys = k if self.keys is None else torch.cat([self.keys, k])
+        self.values = v if self.values is None else torch.cat([self.values, v])
+        self.length += hidden.shape[0]
+        return layer.attend(hidden[-1:], positions[-1:], self.keys, self.values, None)[0]
