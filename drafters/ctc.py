@@ -14,7 +14,7 @@ import torch
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
-from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
+from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
 from specbench.tree import DraftTree
 
@@ -34,8 +34,8 @@ class CTCDrafter(CheckpointDrafter):
 
     def build_module(self, recipe: dict, target: TargetHandle) -> AttentionDraftModule:
         config = recipe["hyperparameters"]
-        return AttentionDraftModule(target.config.hidden_size, num_slots=config["num_slots"],
-                                    num_heads=config["num_heads"], blank=recipe["method"] == "ctc")
+        return build_module(recipe["method"], target.config.hidden_size, config["num_heads"], config["num_slots"],
+                            config["slot_blocks"])
 
     def start_sequence(self) -> None:
         self.context = ContextCache()

@@ -4,7 +4,7 @@ Context features fuse the target's last hidden state at position s with the embe
 followed it, ``u_s = W_in [h_s ; E(x_{s+1})]``; their keys and values are computed once per position and
 cached across decoding steps. To draft after the root, T slot queries (learned slot embeddings added to
 the last context feature ``u_last``, whose token part is the root) attend to the whole context and to
-each other (bidirectionally) in one non-autoregressive forward, then pass an MLP. Each slot's feature goes
+each other (bidirectionally) in one non-autoregressive forward, then pass an MLP and the slot's own residual block. Each slot's feature goes
 through the target's frozen ``lm_head`` (shared, not copied) plus one learned **blank** row, giving
 logits over V + 1 classes (class V = blank). Trained with CTC loss, the slots' collapsed output is the
 next N tokens after the root; the cross-entropy ablation uses the same module without the blank.
@@ -19,14 +19,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafters.layers import rope
+from specbench.drafters.layers import ResBlock, rope
 
 
 class AttentionDraftModule(nn.Module):
     """``hidden``: the target's H; ``num_slots``: T; ``blank``: add the blank class (False = CE ablation)."""
 
     def __init__(self, hidden: int, num_slots: int = 8, num_heads: int = 9, intermediate: int | None = None,
-                 blank: bool = True) -> None:
+                 blank: bool = True, slot_blocks: bool = True) -> None:
         super().__init__()
         if hidden % num_heads:
             raise ValueError(f"hidden size {hidden} is not divisible by {num_heads} heads")
@@ -36,7 +36,8 @@ class AttentionDraftModule(nn.Module):
         with torch.no_grad():
             self.fuse.weight.zero_()
             self.fuse.weight[:, :hidden].copy_(torch.eye(hidden))
-        self.slot_embeddings = nn.Parameter(torch.randn(num_slots, hidden) * 0.02)  # [T, H]
+        # [T, H]; unit scale, comparable to the target's hidden states (norm ~45 for H = 576), so slots differ
+        self.slot_embeddings = nn.Parameter(torch.randn(num_slots, hidden))
         self.context_norm = nn.RMSNorm(hidden)
         self.query_norm = nn.RMSNorm(hidden)
         self.q_proj = nn.Linear(hidden, hidden, bias=False)
@@ -50,6 +51,8 @@ class AttentionDraftModule(nn.Module):
         self.down_proj = nn.Linear(inner, hidden, bias=False)
         nn.init.zeros_(self.o_proj.weight)
         nn.init.zeros_(self.down_proj.weight)
+        # each slot's own output block (zero-initialised), as each Medusa head has its own
+        self.slot_blocks = nn.ModuleList(ResBlock(hidden) for _ in range(num_slots)) if slot_blocks else None
         self.blank = nn.Linear(hidden, 1) if blank else None  # the blank row next to the frozen lm_head
         if self.blank is not None:
             nn.init.zeros_(self.blank.weight)
@@ -98,7 +101,10 @@ class AttentionDraftModule(nn.Module):
         attended = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [A, heads, T, d]
         x = x + self.o_proj(attended.transpose(1, 2).reshape(a, t, h))
         normed = self.mlp_norm(x)
-        return x + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+        x = x + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+        if self.slot_blocks is None:
+            return x
+        return torch.stack([block(x[:, j]) for j, block in enumerate(self.slot_blocks)], dim=1)
 
     def logits(self, features: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         """[..., V (+1)]: the frozen lm_head's logits, then the blank logit last (if any)."""
@@ -120,6 +126,12 @@ class AttentionDraftModule(nn.Module):
         mask = positions[None, :] <= anchors[:, None]  # [A, P]
         slot_positions = anchors[:, None] + 1 + torch.arange(self.num_slots, device=u.device)  # [A, T]
         return self.slot_features(self.slot_inputs(u[anchors]), slot_positions, k, v, mask)
+
+
+def build_module(method: str, hidden: int, num_heads: int, num_slots: int, slot_blocks: bool = True) -> AttentionDraftModule:
+    """The module of ``ctc`` (with the blank class) or ``ctc-ce`` (without)."""
+    return AttentionDraftModule(hidden, num_slots=num_slots, num_heads=num_heads, blank=method == "ctc",
+                                slot_blocks=slot_blocks)
 
 
 class ContextCache:

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
-from specbench.drafters.medusa import HeadDrafter, ResBlock
+from specbench.drafters.layers import ResBlock
+from specbench.drafters.medusa import HeadDrafter
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree

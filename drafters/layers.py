@@ -1,10 +1,24 @@
-"""Small layers several drafters share: rotary position embedding and a causal context cache."""
+"""Small layers several drafters share: a zero-initialised residual block and rotary position embedding."""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 ROPE_BASE = 10000.0
+
+
+class ResBlock(nn.Module):
+    """``h + SiLU(W h + b)``; zero-initialised so an untrained block is the identity."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + nn.functional.silu(self.linear(h))
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

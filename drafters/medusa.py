@@ -14,21 +14,9 @@ from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.layers import ResBlock
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
-
-
-class ResBlock(nn.Module):
-    """``h + SiLU(W h + b)``; zero-initialised so an untrained block is the identity."""
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(hidden, hidden)
-        nn.init.zeros_(self.linear.weight)
-        nn.init.zeros_(self.linear.bias)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return h + nn.functional.silu(self.linear(h))
 
 
 class MedusaHeads(nn.Module):

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.ctc_module import AttentionDraftModule
+from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
 from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
 from specbench.drafters.training.distill import Sample, iter_samples
@@ -47,10 +47,12 @@ class CTCTrainConfig:
     out: str  # checkpoint stem
     num_slots: int = 8  # T
     num_labels: int = 4  # N (ctc); anchors need N known tokens after the root
+    slot_blocks: bool = True  # each slot's own output block
     epochs: int = 1
     lr: float = 1e-3
     weight_decay: float = 0.0
     samples_per_step: int = 2
+    anchors_per_sample: int | None = None  # train on a random subset of each sample's anchors (None: all)
     warmup_steps: int = 50
     max_train_samples: int | None = None
     seed: int = 0
@@ -59,10 +61,6 @@ class CTCTrainConfig:
     beam: int = 16
     min_prob: float = 1e-3
     eval_budgets: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
-
-
-def build_module(method: str, hidden: int, num_heads: int, num_slots: int) -> AttentionDraftModule:
-    return AttentionDraftModule(hidden, num_slots=num_slots, num_heads=num_heads, blank=method == "ctc")
 
 
 def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
@@ -80,10 +78,14 @@ def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: S
     return module.logits(features, target.lm_head)
 
 
-def sample_loss(module: AttentionDraftModule, target: TargetModel, sample: Sample, num_labels: int) -> torch.Tensor | None:
+def sample_loss(module: AttentionDraftModule, target: TargetModel, sample: Sample, num_labels: int,
+                keep: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor | None:
+    """Mean loss over the sample's anchors, or over ``keep`` of them drawn with ``generator``."""
     anchors = anchors_of(sample, num_labels)
     if len(anchors) == 0:
         return None
+    if keep is not None and len(anchors) > keep:
+        anchors = anchors[torch.randperm(len(anchors), generator=generator)[:keep].sort().values]
     logits = sequence_logits(module, target, sample, anchors).float()  # [A, T, C]
     a, t, classes = logits.shape
     ids = sample.input_ids.to(target.device)
@@ -159,7 +161,8 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     freeze(target)
     train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
     heldout = list(iter_samples(Path(config.cache), "heldout"))
-    module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots)
+    module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots,
+                          config.slot_blocks)
     module = module.to(target.device)
     optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(train) / config.samples_per_step)
@@ -171,6 +174,7 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         module.train()
         order = list(range(len(train)))
         random.Random(config.seed + epoch).shuffle(order)
+        picks = torch.Generator().manual_seed(config.seed + epoch)  # anchor subsets, reproducible per epoch
         losses = []
         bar = tqdm(range(steps_per_epoch), desc=f"{config.method} epoch {epoch + 1}/{config.epochs}", disable=not progress)
         for step in bar:
@@ -178,7 +182,7 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
             batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
             step_losses = []
             for sample in batch:
-                loss = sample_loss(module, target, sample, config.num_labels)
+                loss = sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks)
                 if loss is not None:
                     (loss / len(batch)).backward()
                     step_losses.append(loss.item())
