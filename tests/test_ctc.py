@@ -198,3 +198,25 @@ def test_drafter_refuses_to_skip_reset(target, drafter_for):
                        budget=4, span=lambda name: nullcontext())
     with pytest.raises(RuntimeError, match="reset"):
         drafter.propose(ctx)
+
+
+def test_anchor_subsets_are_seeded_and_keep_everything_when_large(target, cache):
+    from specbench.drafters.ctc_module import build_module
+    from specbench.drafters.training.ctc import sample_loss
+    from specbench.drafters.training.distill import iter_samples
+
+    sample = next(iter_samples(cache, "train"))
+    module = build_module("ctc", 32, 4, 4)
+    with torch.no_grad():
+        full = sample_loss(module, target, sample, 2)
+        assert sample_loss(module, target, sample, 2, keep=1000) == full
+        picks = [sample_loss(module, target, sample, 2, keep=3, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
+    assert picks[0] == picks[1] != picks[2] and torch.isfinite(picks[0])
+
+
+def test_a_response_shorter_than_the_horizon_has_no_anchors():
+    from specbench.drafters.training.ctc import anchors_of
+    from specbench.drafters.training.distill import Sample
+
+    short = Sample(torch.tensor([1, 2, 3, 4, 5]), prompt_len=3, hidden=torch.zeros(5, 8))  # 2 response tokens
+    assert anchors_of(short, 1).tolist() == [2] and anchors_of(short, 6).tolist() == []

@@ -65,7 +65,8 @@ class CTCTrainConfig:
 
 def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
     """Positions s with a response root x_{s+1} and ``horizon`` known tokens after it."""
-    return torch.arange(sample.prompt_len - 1, len(sample.input_ids) - 1 - horizon)
+    start = sample.prompt_len - 1
+    return torch.arange(start, max(start, len(sample.input_ids) - 1 - horizon))
 
 
 def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: Sample, anchors: torch.Tensor) -> torch.Tensor:
