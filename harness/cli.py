@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
     train.add_argument("--num-heads", type=int, default=4)
     train.add_argument("--num-layers", type=int, default=1)
-    train.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 1 for ctc")
+    train.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 4 for ctc")
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--batch-size", type=int, default=256, help="positions per step (medusa, hydra)")
     train.add_argument("--max-train-positions", type=int, default=None, help="medusa, hydra")
@@ -99,12 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="medusa, hydra: CE on the target's tokens, or on its distributions (Hydra++)")
     train.add_argument("--prefix-heads", type=int, default=0,
                        help="hydra: add Hydra++'s prefix attention layer with this many attention heads (0: none)")
-    train.add_argument("--num-slots", type=int, default=8, help="ctc: T slots")
-    train.add_argument("--num-labels", type=int, default=4, help="ctc: N target tokens per anchor (N < T)")
-    train.add_argument("--anchors-per-sample", type=int, default=None,
-                       help="ctc: train on this many random anchors of each sample per epoch (default all)")
+    train.add_argument("--num-slots", type=int, default=4, help="ctc: T slots")
+    train.add_argument("--num-labels", type=int, default=2, help="ctc: N target tokens per anchor (N < T)")
+    train.add_argument("--anchors-per-sample", type=int, default=32,
+                       help="ctc: train on this many random anchors of each sample per epoch (0: all)")
     train.add_argument("--no-slot-blocks", action="store_true", help="ctc: no per-slot output block (ablation)")
-    train.add_argument("--samples-per-step", type=int, default=2, help="ctc: sequences per optimiser step")
+    train.add_argument("--samples-per-step", type=int, default=4, help="ctc: sequences per optimiser step")
     train.add_argument("--max-train-samples", type=int, default=None, help="ctc: use the first N training samples")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--threads", type=int, default=None)
@@ -244,8 +244,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     methods = [*MODULES, *CTC_METHODS]
     if args.method not in methods:
         raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(methods)}")
-    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step",
-                 "anchors_per_sample"):
+    if args.anchors_per_sample < 0:
+        raise SpecbenchError("--anchors-per-sample must be 0 (all) or more")
+    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads:
@@ -281,9 +282,9 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
     from specbench.model import load_target
 
     config = CTCTrainConfig(method=args.method, cache=cache, out=out, num_slots=args.num_slots,
-                            num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 1, lr=args.lr,
+                            num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 4, lr=args.lr,
                             samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
-                            anchors_per_sample=args.anchors_per_sample,
+                            anchors_per_sample=args.anchors_per_sample or None,
                             seed=args.seed)
     recipe = train_ctc(config, load_target(args.model), progress=not args.no_progress)
     metrics = recipe["metrics"]

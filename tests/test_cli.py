@@ -45,6 +45,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["run", "--no-such-flag"], ["unrecognized arguments"]),
         (["run", "--drafter-option", "ngram"], ["DRAFTER.OPTION=VALUE"]),
         (["report", "missing-dir"], ["run directory not found"]),
+        (["train", "nosuch"], ["unknown method 'nosuch'", "medusa", "ctc-ce"]),
+        (["train", "ctc", "--anchors-per-sample", "-1"], ["--anchors-per-sample"]),
+        (["train", "ctc", "--num-slots", "0"], ["--num-slots must be at least 1"]),
+        (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):

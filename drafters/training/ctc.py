@@ -45,14 +45,14 @@ class CTCTrainConfig:
     method: str  # "ctc" or "ctc-ce"
     cache: str
     out: str  # checkpoint stem
-    num_slots: int = 8  # T
-    num_labels: int = 4  # N (ctc); anchors need N known tokens after the root
+    num_slots: int = 4  # T (chosen by benchmarks/ctc_slots.py, see docs/ctc.md)
+    num_labels: int = 2  # N (ctc); anchors need N known tokens after the root
     slot_blocks: bool = True  # each slot's own output block
-    epochs: int = 1
+    epochs: int = 4
     lr: float = 1e-3
     weight_decay: float = 0.0
-    samples_per_step: int = 2
-    anchors_per_sample: int | None = None  # train on a random subset of each sample's anchors (None: all)
+    samples_per_step: int = 4
+    anchors_per_sample: int | None = 32  # train on a random subset of each sample's anchors (None: all)
     warmup_steps: int = 50
     max_train_samples: int | None = None
     seed: int = 0
