@@ -92,7 +92,6 @@ class AttentionDraftModule(nn.Module):
         sv = self.v_proj(normed).view(a, t, self.num_heads, self.head_dim)
         sk = sk.view(a, t, self.num_heads, self.head_dim)
         q = q.view(a, t, self.num_heads, self.head_dim).transpose(1, 2)  # [A, heads, T, d]
-        p = context_k.shape[0]
         keys = torch.cat([context_k.transpose(0, 1).expand(a, -1, -1, -1), sk.transpose(1, 2)], dim=2)  # [A, heads, P+T, d]
         values = torch.cat([context_v.transpose(0, 1).expand(a, -1, -1, -1), sv.transpose(1, 2)], dim=2)
         mask = None

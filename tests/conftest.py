@@ -170,6 +170,19 @@ def reference(tiny_target):
     return get
 
 
+def distil_random_prompts(target: TargetModel, out, seed: int = 0):
+    """A tiny self-distillation cache in ``out``: 24 random prompts (20 train, 4 held out), 24 new tokens each."""
+    import random
+
+    from specbench.drafters.training.distill import DistillConfig, run_distill
+
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(90) for _ in range(rng.randint(3, 10))] for _ in range(24)]
+    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8), target,
+                {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
+    return out
+
+
 @pytest.fixture(scope="session")
 def drafter_for(tmp_path_factory):
     """``drafter_for(name, target)``: a registered drafter usable on ``target``. Trained drafters get a
@@ -177,7 +190,6 @@ def drafter_for(tmp_path_factory):
     per (method, target); training-free ones are created as they are."""
     from specbench.drafters.training.ctc import METHODS as CTC_METHODS
     from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
-    from specbench.drafters.training.distill import DistillConfig, run_distill
     from specbench.drafters.training.heads import MODULES, HeadTrainConfig, train_heads
     from specbench.registry import create_drafter, get_drafter_class
 
@@ -190,11 +202,7 @@ def drafter_for(tmp_path_factory):
         key = (method, id(target))
         if key not in trained:
             folder = tmp_path_factory.mktemp(f"{method}-checkpoint")
-            rng = torch.Generator().manual_seed(0)
-            prompts = [torch.randint(0, VOCAB - 1, (int(n),), generator=rng).tolist()
-                       for n in torch.randint(3, 10, (24,), generator=rng)]
-            run_distill(DistillConfig(out=str(folder / "cache"), max_new_tokens=24, batch_size=8, shard_size=8),
-                        target, {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
+            distil_random_prompts(target, folder / "cache")
             if method in CTC_METHODS:
                 train_ctc(CTCTrainConfig(method=method, cache=str(folder / "cache"), out=str(folder / method), num_slots=4,
                                          num_labels=2, epochs=2, lr=3e-3, samples_per_step=4, warmup_steps=2,

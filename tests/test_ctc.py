@@ -16,14 +16,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import build_tiny_model, make_target, plain_greedy
+from conftest import build_tiny_model, distil_random_prompts, make_target, plain_greedy
 from specbench.drafter import DraftContext
 from specbench.drafters import ctc_transform
 from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
 from specbench.drafters.ctc_transform import candidate_tree, collapse, prefix_beam_search, slot_candidates
 from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, train_ctc
-from specbench.drafters.training.distill import DistillConfig, run_distill
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
 from specbench.tree import DraftTree
@@ -153,12 +152,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def cache(target, tmp_path_factory):
-    rng = random.Random(1)
-    prompts = [[rng.randrange(90) for _ in range(rng.randint(3, 10))] for _ in range(24)]
-    out = tmp_path_factory.mktemp("distill")
-    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8), target,
-                {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
-    return out
+    return distil_random_prompts(target, tmp_path_factory.mktemp("distill"), seed=1)
 
 
 @pytest.mark.parametrize("method, drafter_class", [("ctc", CTCDrafter), ("ctc-ce", CTCCrossEntropyDrafter)])

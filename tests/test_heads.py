@@ -5,16 +5,14 @@ trained for another target."""
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
 
-from conftest import build_tiny_model, make_target, plain_greedy
+from conftest import build_tiny_model, distil_random_prompts, make_target, plain_greedy
 from specbench.drafters.hydra import HydraDrafter
 from specbench.drafters.medusa import MedusaDrafter
 from specbench.drafters.static_tree import StaticTree
-from specbench.drafters.training.distill import DistillConfig, run_distill
 from specbench.drafters.training.heads import HeadTrainConfig, position_dataset, train_heads
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
@@ -45,12 +43,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def cache(target, tmp_path_factory):
-    rng = random.Random(0)
-    prompts = [[rng.randrange(90) for _ in range(rng.randint(3, 10))] for _ in range(24)]
-    out = tmp_path_factory.mktemp("distill")
-    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8), target,
-                {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
-    return out
+    return distil_random_prompts(target, tmp_path_factory.mktemp("distill"), seed=0)
 
 
 def test_position_dataset_windows(cache):
