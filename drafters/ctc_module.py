@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafters.layers import ResBlock, rope
+from specbench.drafters.layers import ResBlock, add_attention_and_mlp, mlp_residual, rope
 
 
 class AttentionDraftModule(nn.Module):
@@ -40,17 +40,7 @@ class AttentionDraftModule(nn.Module):
         self.slot_embeddings = nn.Parameter(torch.randn(num_slots, hidden))
         self.context_norm = nn.RMSNorm(hidden)
         self.query_norm = nn.RMSNorm(hidden)
-        self.q_proj = nn.Linear(hidden, hidden, bias=False)
-        self.k_proj = nn.Linear(hidden, hidden, bias=False)
-        self.v_proj = nn.Linear(hidden, hidden, bias=False)
-        self.o_proj = nn.Linear(hidden, hidden, bias=False)
-        self.mlp_norm = nn.RMSNorm(hidden)
-        inner = intermediate or 2 * hidden
-        self.gate_proj = nn.Linear(hidden, inner, bias=False)
-        self.up_proj = nn.Linear(hidden, inner, bias=False)
-        self.down_proj = nn.Linear(inner, hidden, bias=False)
-        nn.init.zeros_(self.o_proj.weight)
-        nn.init.zeros_(self.down_proj.weight)
+        add_attention_and_mlp(self, hidden, intermediate or 2 * hidden)
         # each slot's own output block (zero-initialised), as each Medusa head has its own
         self.slot_blocks = nn.ModuleList(ResBlock(hidden) for _ in range(num_slots)) if slot_blocks else None
         self.blank = nn.Linear(hidden, 1) if blank else None  # the blank row next to the frozen lm_head
@@ -99,8 +89,7 @@ class AttentionDraftModule(nn.Module):
             mask = torch.cat([context_mask, context_mask.new_ones(a, t)], dim=1)[:, None, None, :]  # [A, 1, 1, P+T]
         attended = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [A, heads, T, d]
         x = x + self.o_proj(attended.transpose(1, 2).reshape(a, t, h))
-        normed = self.mlp_norm(x)
-        x = x + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+        x = mlp_residual(self, x)
         if self.slot_blocks is None:
             return x
         return torch.stack([block(x[:, j]) for j, block in enumerate(self.slot_blocks)], dim=1)

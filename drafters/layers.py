@@ -21,6 +21,28 @@ class ResBlock(nn.Module):
         return h + nn.functional.silu(self.linear(h))
 
 
+def add_attention_and_mlp(module: nn.Module, hidden: int, inner: int) -> None:
+    """Give ``module`` the projections of one pre-norm decoder layer: q/k/v/o (no bias), ``mlp_norm`` and a
+    SwiGLU MLP of width ``inner``; the output projections o and down start at zero, so the layer starts as
+    the identity. Attributes, not a submodule, so checkpoints name them ``q_proj``, ``down_proj``, ..."""
+    module.q_proj = nn.Linear(hidden, hidden, bias=False)
+    module.k_proj = nn.Linear(hidden, hidden, bias=False)
+    module.v_proj = nn.Linear(hidden, hidden, bias=False)
+    module.o_proj = nn.Linear(hidden, hidden, bias=False)
+    module.mlp_norm = nn.RMSNorm(hidden)
+    module.gate_proj = nn.Linear(hidden, inner, bias=False)
+    module.up_proj = nn.Linear(hidden, inner, bias=False)
+    module.down_proj = nn.Linear(inner, hidden, bias=False)
+    nn.init.zeros_(module.o_proj.weight)
+    nn.init.zeros_(module.down_proj.weight)
+
+
+def mlp_residual(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x + down(SiLU(gate(n)) * up(n))`` with ``n = mlp_norm(x)``, for a module set up by `add_attention_and_mlp`."""
+    normed = module.mlp_norm(x)
+    return x + module.down_proj(nn.functional.silu(module.gate_proj(normed)) * module.up_proj(normed))
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Rotate x [..., P, heads, d] by positions [P] (rotate-half convention)."""
     half = x.shape[-1] // 2

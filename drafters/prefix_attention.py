@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafters.layers import rope
+from specbench.drafters.layers import add_attention_and_mlp, mlp_residual, rope
 
 
 class PrefixAttention(nn.Module):
@@ -21,16 +21,7 @@ class PrefixAttention(nn.Module):
             raise ValueError(f"hidden size {hidden} is not divisible by {num_heads} heads")
         self.num_heads, self.head_dim = num_heads, hidden // num_heads
         self.norm = nn.RMSNorm(hidden)
-        self.q_proj = nn.Linear(hidden, hidden, bias=False)
-        self.k_proj = nn.Linear(hidden, hidden, bias=False)
-        self.v_proj = nn.Linear(hidden, hidden, bias=False)
-        self.o_proj = nn.Linear(hidden, hidden, bias=False)
-        self.mlp_norm = nn.RMSNorm(hidden)
-        self.gate_proj = nn.Linear(hidden, 2 * hidden, bias=False)
-        self.up_proj = nn.Linear(hidden, 2 * hidden, bias=False)
-        self.down_proj = nn.Linear(2 * hidden, hidden, bias=False)
-        nn.init.zeros_(self.o_proj.weight)
-        nn.init.zeros_(self.down_proj.weight)
+        add_attention_and_mlp(self, hidden, 2 * hidden)
 
     def keys_values(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [P, heads, d] of hidden [P, H] at sequence positions [P]."""
@@ -45,9 +36,7 @@ class PrefixAttention(nn.Module):
         q = rope(self.q_proj(self.norm(hidden)).view(hidden.shape[0], self.num_heads, self.head_dim), positions)
         attended = nn.functional.scaled_dot_product_attention(
             q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)  # [heads, Q, d]
-        x = hidden + self.o_proj(attended.transpose(0, 1).reshape(hidden.shape))
-        normed = self.mlp_norm(x)
-        return x + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+        return mlp_residual(self, hidden + self.o_proj(attended.transpose(0, 1).reshape(hidden.shape)))
 
     def forward_sequence(self, hidden: torch.Tensor) -> torch.Tensor:
         """h' [P, H] for every position of one sequence's hidden states [P, H] (causal)."""
