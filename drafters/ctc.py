@@ -42,11 +42,9 @@ class CTCDrafter(CheckpointDrafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
-        new = ctx.hidden.shape[0]  # positions accepted since the last call; tokens[-new:] followed them
-        if self.context.length != len(ctx.tokens) - 1 - new:
-            raise RuntimeError(f"{self.name or self.method}: context out of step (call reset before each sequence)")
-        following = ctx.tokens[-new:].to(ctx.target.device)
-        self.context.extend(self.module, ctx.hidden, ctx.target.embed_tokens(following))
+        following = ctx.tokens[-ctx.hidden.shape[0] :].to(ctx.target.device)  # the tokens after the new positions
+        self.context.extend(self.module, ctx.first_new_position, ctx.hidden, ctx.target.embed_tokens(following),
+                            self.name or self.method)
         if ctx.budget == 1:
             return DraftTree.root_only(ctx.root)
         logits = self.context.draft_logits(self.module, ctx.target.lm_head)  # [T, V (+1)]

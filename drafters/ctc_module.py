@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafters.layers import ResBlock, add_attention_and_mlp, mlp_residual, rope
+from specbench.drafters.layers import KVCache, ResBlock, add_attention_and_mlp, mlp_residual, rope
 
 
 class AttentionDraftModule(nn.Module):
@@ -30,7 +30,7 @@ class AttentionDraftModule(nn.Module):
         super().__init__()
         if hidden % num_heads:
             raise ValueError(f"hidden size {hidden} is not divisible by {num_heads} heads")
-        self.hidden, self.num_slots, self.num_heads = hidden, num_slots, num_heads
+        self.num_slots, self.num_heads = num_slots, num_heads
         self.head_dim = hidden // num_heads
         self.fuse = nn.Linear(2 * hidden, hidden, bias=False)  # W_in [h_s ; E(x_{s+1})]
         with torch.no_grad():
@@ -47,10 +47,6 @@ class AttentionDraftModule(nn.Module):
         if self.blank is not None:
             nn.init.zeros_(self.blank.weight)
             nn.init.zeros_(self.blank.bias)
-
-    @property
-    def num_classes_extra(self) -> int:
-        return 1 if self.blank is not None else 0
 
     # ---- pieces shared by training and inference ---------------------------------------------------
     def context_features(self, hidden: torch.Tensor, next_embeddings: torch.Tensor) -> torch.Tensor:
@@ -122,23 +118,21 @@ def build_module(method: str, hidden: int, num_heads: int, num_slots: int, slot_
                                 slot_blocks=slot_blocks)
 
 
-class ContextCache:
-    """Keys and values of the context features seen so far in one sequence (inference)."""
+class ContextCache(KVCache):
+    """Keys and values of the context features seen so far in one sequence (inference), and the newest
+    context feature, which the slot queries start from."""
 
     def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None  # [P, heads, d]
-        self.values: torch.Tensor | None = None
+        super().__init__()
         self.last: torch.Tensor | None = None  # u of the newest position [H]
-        self.length = 0
 
-    def extend(self, module: AttentionDraftModule, hidden: torch.Tensor, next_embeddings: torch.Tensor) -> None:
-        """Append positions length .. length + m - 1 (hidden and next_embeddings [m, H])."""
+    def extend(self, module: AttentionDraftModule, start: int, hidden: torch.Tensor, next_embeddings: torch.Tensor,
+               owner: str = "ctc") -> None:
+        """Append positions start .. start + m - 1 (hidden and next_embeddings [m, H]); start must be the
+        cache's length."""
         u = module.context_features(hidden, next_embeddings)  # [m, H]
-        positions = torch.arange(self.length, self.length + u.shape[0], device=u.device)
-        k, v = module.context_keys_values(u, positions)
-        self.keys = k if self.keys is None else torch.cat([self.keys, k])
-        self.values = v if self.values is None else torch.cat([self.values, v])
-        self.last, self.length = u[-1], self.length + u.shape[0]
+        self.append(*module.context_keys_values(u, self.next_positions(start, u.shape[0], u.device, owner)))
+        self.last = u[-1]
 
     def draft_logits(self, module: AttentionDraftModule, lm_head: nn.Module) -> torch.Tensor:
         """Slot logits [T, V (+1)] after the newest position."""

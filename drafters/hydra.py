@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafter import DraftContext
 from specbench.drafters.layers import ResBlock
 from specbench.drafters.medusa import HeadDrafter
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
@@ -57,29 +57,19 @@ class HydraDrafter(HeadDrafter):
 
     method = "hydra"
     module_class = HydraHeads
-
-    def build_module(self, recipe: dict, target: TargetHandle) -> HydraHeads:
-        config = recipe["hyperparameters"]
-        return HydraHeads(target.config.hidden_size, config["num_heads"], config["num_layers"],
-                          config.get("prefix_heads", 0))
+    module_options = ("prefix_heads",)
 
     def start_sequence(self) -> None:
         self.prefix_cache = PrefixCache()
 
-    @torch.inference_mode()
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        """With prefix attention, every step's accepted hidden states extend the layer's cache first."""
+    def head_input(self, ctx: DraftContext) -> torch.Tensor:
+        """h [H], or with prefix attention h' [H], after the accepted hidden states extend the layer's cache."""
         if self.module.prefix is None:
-            self.h = ctx.hidden[-1]  # [H]
-        else:
-            if self.prefix_cache.length != len(ctx.tokens) - 1 - ctx.hidden.shape[0]:
-                raise RuntimeError(f"{self.name or self.method}: prefix cache out of step (call reset before each sequence)")
-            self.h = self.prefix_cache.extend(self.module.prefix, ctx.hidden)  # h' [H]
-        return super().propose(ctx)
+            return ctx.hidden[-1]
+        return self.prefix_cache.extend(self.module.prefix, ctx.first_new_position, ctx.hidden, self.name or self.method)
 
-    def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
+    def draft(self, ctx: DraftContext, shape: StaticTree, h: torch.Tensor) -> DraftTree:
         embed, device = ctx.target.embed_tokens, ctx.target.device
-        h = self.h  # [H]
         tokens = torch.zeros(len(shape), dtype=torch.long)
         tokens[0] = ctx.root
         path_embeddings = {0: embed(torch.tensor([ctx.root], device=device))}  # node -> [depth + 1, H]

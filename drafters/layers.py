@@ -1,4 +1,5 @@
-"""Small layers several drafters share: a zero-initialised residual block and rotary position embedding."""
+"""Small pieces several drafters share: a zero-initialised residual block, the projections of one decoder
+layer, a per-sequence key/value cache and rotary position embedding."""
 
 from __future__ import annotations
 
@@ -41,6 +42,26 @@ def mlp_residual(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x + down(SiLU(gate(n)) * up(n))`` with ``n = mlp_norm(x)``, for a module set up by `add_attention_and_mlp`."""
     normed = module.mlp_norm(x)
     return x + module.down_proj(nn.functional.silu(module.gate_proj(normed)) * module.up_proj(normed))
+
+
+class KVCache:
+    """Keys and values [P, heads, d] of one sequence's positions 0..P-1, grown as accepted positions arrive."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def next_positions(self, start: int, count: int, device: torch.device, owner: str) -> torch.Tensor:
+        """Positions [count] of rows that begin at sequence position ``start``; refuses a gap or overlap."""
+        if start != self.length:
+            raise RuntimeError(f"{owner}: cache out of step (call reset before each sequence)")
+        return torch.arange(start, start + count, device=device)
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.keys = keys if self.keys is None else torch.cat([self.keys, keys])
+        self.values = values if self.values is None else torch.cat([self.values, values])
+        self.length += keys.shape[0]
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

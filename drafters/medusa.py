@@ -39,6 +39,8 @@ class HeadDrafter(CheckpointDrafter):
     """Shared plumbing of drafters whose static tree comes from the checkpoint's measured accuracies."""
 
     module_class: type[nn.Module]
+    #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers
+    module_options: tuple[str, ...] = ()
 
     def __init__(self, checkpoint: str | None = None, max_rank: int = 8) -> None:
         super().__init__(checkpoint)
@@ -48,7 +50,8 @@ class HeadDrafter(CheckpointDrafter):
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
         config = recipe["hyperparameters"]
-        return self.module_class(target.config.hidden_size, config["num_heads"], config["num_layers"])
+        options = {name: config[name] for name in self.module_options if name in config}
+        return self.module_class(target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
 
     def loaded(self, recipe: dict) -> None:
         self.accuracy = [row[: self.max_rank] for row in recipe["metrics"]["heldout_topk_accuracy"]]
@@ -61,13 +64,18 @@ class HeadDrafter(CheckpointDrafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
+        h = self.head_input(ctx)  # [H], every step (a drafter may keep per-position state)
         shape = self.static_tree(ctx.budget)
         if len(shape) == 1:
             return DraftTree.root_only(ctx.root)
-        return self.draft(ctx, shape)
+        return self.draft(ctx, shape, h)
 
-    def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
-        """Fill ``shape`` (more than one node) with tokens for this step."""
+    def head_input(self, ctx: DraftContext) -> torch.Tensor:
+        """What the heads see [H]: the hidden state that produced the root."""
+        return ctx.hidden[-1]
+
+    def draft(self, ctx: DraftContext, shape: StaticTree, h: torch.Tensor) -> DraftTree:
+        """Fill ``shape`` (more than one node) with tokens for this step from the heads' input h [H]."""
         raise NotImplementedError
 
 
@@ -77,8 +85,8 @@ class MedusaDrafter(HeadDrafter):
     method = "medusa"
     module_class = MedusaHeads
 
-    def draft(self, ctx: DraftContext, shape: StaticTree) -> DraftTree:
-        logits = ctx.target.lm_head(self.module(ctx.hidden[-1], shape.max_depth))  # [D, V], D = tree depth <= K
+    def draft(self, ctx: DraftContext, shape: StaticTree, h: torch.Tensor) -> DraftTree:
+        logits = ctx.target.lm_head(self.module(h, shape.max_depth))  # [D, V], D = tree depth <= K
         top = logits.topk(shape.max_rank, dim=-1).indices  # [D, R]
         heads, ranks = shape.head_and_rank
         return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafters.layers import add_attention_and_mlp, mlp_residual, rope
+from specbench.drafters.layers import KVCache, add_attention_and_mlp, mlp_residual, rope
 
 
 class PrefixAttention(nn.Module):
@@ -46,19 +46,12 @@ class PrefixAttention(nn.Module):
         return self.attend(hidden, positions, keys, values, causal)
 
 
-class PrefixCache:
+class PrefixCache(KVCache):
     """The prefix layer's keys and values for one sequence, grown as accepted hidden states arrive."""
 
-    def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None  # [P, heads, d]
-        self.values: torch.Tensor | None = None
-        self.length = 0
-
-    def extend(self, layer: PrefixAttention, hidden: torch.Tensor) -> torch.Tensor:
-        """Append hidden [m, H] (the next m positions); return h' [H] of the newest position."""
-        positions = torch.arange(self.length, self.length + hidden.shape[0], device=hidden.device)
-        k, v = layer.keys_values(hidden, positions)
-        self.keys = k if self.keys is None else torch.cat([self.keys, k])
-        self.values = v if self.values is None else torch.cat([self.values, v])
-        self.length += hidden.shape[0]
+    def extend(self, layer: PrefixAttention, start: int, hidden: torch.Tensor, owner: str = "hydra") -> torch.Tensor:
+        """Append hidden [m, H] at positions start .. start + m - 1 (start must be the cache's length);
+        return h' [H] of the newest position."""
+        positions = self.next_positions(start, hidden.shape[0], hidden.device, owner)
+        self.append(*layer.keys_values(hidden, positions))
         return layer.attend(hidden[-1:], positions[-1:], self.keys, self.values, None)[0]

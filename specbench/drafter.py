@@ -56,6 +56,11 @@ class DraftContext:
     budget: int
     span: Callable[[str], AbstractContextManager]
 
+    @property
+    def first_new_position(self) -> int:
+        """Sequence position of ``hidden[0]``: drafters that cache per-position state start there."""
+        return len(self.tokens) - 1 - self.hidden.shape[0]
+
 
 class Drafter:
     """Base class with no-op defaults. Subclass it and register it (see docs/writing-a-drafter.md).

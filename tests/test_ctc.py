@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import build_tiny_model, distil_random_prompts, make_target, plain_greedy
+from conftest import distil_random_prompts, plain_greedy
 from specbench.drafter import DraftContext
 from specbench.drafters import ctc_transform
 from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
@@ -140,26 +140,21 @@ def test_cached_inference_equals_the_training_forward(blank):
         batched = module.logits(module.forward_sequence(hidden, following, anchors), lm_head)  # [3, T, C]
         cache = ContextCache()
         for start, stop in [(0, 3), (3, 6), (6, 9)]:  # grown in steps, as accepted paths arrive
-            cache.extend(module, hidden[start:stop], following[start:stop])
+            cache.extend(module, start, hidden[start:stop], following[start:stop])
             torch.testing.assert_close(cache.draft_logits(module, lm_head), batched[start // 3], rtol=1e-5, atol=1e-5)
     assert batched.shape == (3, 4, 11 + blank)
 
 
 @pytest.fixture(scope="module")
-def target():
-    return make_target(build_tiny_model("llama"))
-
-
-@pytest.fixture(scope="module")
-def cache(target, tmp_path_factory):
-    return distil_random_prompts(target, tmp_path_factory.mktemp("distill"), seed=1)
+def cache(llama_target, tmp_path_factory):
+    return distil_random_prompts(llama_target, tmp_path_factory.mktemp("distill"), seed=1)
 
 
 @pytest.mark.parametrize("method, drafter_class", [("ctc", CTCDrafter), ("ctc-ce", CTCCrossEntropyDrafter)])
-def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_class, target, cache, tmp_path):
+def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_class, llama_target, cache, tmp_path):
     config = CTCTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_slots=4, num_labels=2,
                             epochs=3, lr=1e-2, samples_per_step=2, warmup_steps=2, eval_budgets=[2, 6])
-    recipe = train_ctc(config, target, progress=False)
+    recipe = train_ctc(config, llama_target, progress=False)
     history = recipe["history"]
     assert history[-1]["last_tenth_loss"] < history[0]["first_tenth_loss"]
     saved = json.loads((tmp_path / f"{method}.json").read_text())
@@ -167,34 +162,34 @@ def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_
     taus = recipe["metrics"]["heldout_tau_by_budget"]
     assert 1.0 <= taus["2"] <= taus["6"] <= 1 + 4
     assert (tmp_path / f"{method}.epoch3.pt").exists()
-    resumed = train_ctc(config, target, progress=False)["metrics"]  # picks up after epoch 3: same weights
+    resumed = train_ctc(config, llama_target, progress=False)["metrics"]  # picks up after epoch 3: same weights
     timing = "transform_ms_per_anchor"
     assert {k: v for k, v in resumed.items() if k != timing} == {k: v for k, v in recipe["metrics"].items() if k != timing}
 
     drafter = drafter_class(checkpoint=str(tmp_path / method))
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
         for budget in (1, 3, 12):
-            result = generate(target, drafter, prompt, max_new_tokens=30, budget=budget)
-            assert result.output_ids == plain_greedy(target.model, prompt, 30, target.eos_ids)
+            result = generate(llama_target, drafter, prompt, max_new_tokens=30, budget=budget)
+            assert result.output_ids == plain_greedy(llama_target.model, prompt, 30, llama_target.eos_ids)
     assert (drafter.module.blank is not None) == (method == "ctc")
 
 
-def test_ctc_needs_fewer_labels_than_slots(target, cache, tmp_path):
+def test_ctc_needs_fewer_labels_than_slots(llama_target, cache, tmp_path):
     config = CTCTrainConfig(method="ctc", cache=str(cache), out=str(tmp_path / "x"), num_slots=4, num_labels=4)
     with pytest.raises(SpecbenchError, match="num-labels"):
-        train_ctc(config, target, progress=False)
+        train_ctc(config, llama_target, progress=False)
 
 
-def test_drafter_refuses_to_skip_reset(target, drafter_for):
-    drafter = drafter_for("ctc", target)
-    generate(target, drafter, [5, 17, 42], max_new_tokens=5, budget=4)
-    ctx = DraftContext(tokens=torch.tensor([1, 2, 3]), root=3, hidden=torch.zeros(2, 32), target=target.handle,
+def test_drafter_refuses_to_skip_reset(llama_target, drafter_for):
+    drafter = drafter_for("ctc", llama_target)
+    generate(llama_target, drafter, [5, 17, 42], max_new_tokens=5, budget=4)
+    ctx = DraftContext(tokens=torch.tensor([1, 2, 3]), root=3, hidden=torch.zeros(2, 32), target=llama_target.handle,
                        budget=4, span=lambda name: nullcontext())
     with pytest.raises(RuntimeError, match="reset"):
         drafter.propose(ctx)
 
 
-def test_anchor_subsets_are_seeded_and_keep_everything_when_large(target, cache):
+def test_anchor_subsets_are_seeded_and_keep_everything_when_large(llama_target, cache):
     from specbench.drafters.ctc_module import build_module
     from specbench.drafters.training.ctc import sample_loss
     from specbench.drafters.training.distill import iter_samples
@@ -202,9 +197,9 @@ def test_anchor_subsets_are_seeded_and_keep_everything_when_large(target, cache)
     sample = next(iter_samples(cache, "train"))
     module = build_module("ctc", 32, 4, 4)
     with torch.no_grad():
-        full = sample_loss(module, target, sample, 2)
-        assert sample_loss(module, target, sample, 2, keep=1000) == full
-        picks = [sample_loss(module, target, sample, 2, keep=3, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
+        full = sample_loss(module, llama_target, sample, 2)
+        assert sample_loss(module, llama_target, sample, 2, keep=1000) == full
+        picks = [sample_loss(module, llama_target, sample, 2, keep=3, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
     assert picks[0] == picks[1] != picks[2] and torch.isfinite(picks[0])
 
 

@@ -1,6 +1,6 @@
 """Medusa and Hydra heads on a tiny model: static tree construction, a CI-sized training run (loss falls,
 checkpoint round-trips, resume), lossless drafting with the trained heads, and refusal of a checkpoint
-trained for another target."""
+trained for another llama_target."""
 
 from __future__ import annotations
 
@@ -37,13 +37,8 @@ def test_static_tree_from_accuracies_is_greedy_and_valid():
 
 
 @pytest.fixture(scope="module")
-def target():
-    return make_target(build_tiny_model("llama"))
-
-
-@pytest.fixture(scope="module")
-def cache(target, tmp_path_factory):
-    return distil_random_prompts(target, tmp_path_factory.mktemp("distill"), seed=0)
+def cache(llama_target, tmp_path_factory):
+    return distil_random_prompts(llama_target, tmp_path_factory.mktemp("distill"), seed=0)
 
 
 def test_position_dataset_windows(cache):
@@ -54,10 +49,10 @@ def test_position_dataset_windows(cache):
 
 
 @pytest.mark.parametrize("method", ["medusa", "hydra"])
-def test_training_lowers_loss_and_round_trips(method, target, cache, tmp_path):
+def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_path):
     config = HeadTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_heads=3, epochs=2,
                              lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4)
-    recipe = train_heads(config, target, progress=False)
+    recipe = train_heads(config, llama_target, progress=False)
     first, last = recipe["history"][0]["first_batch_loss"], recipe["history"][-1]["train_loss_per_head"]
     assert sum(last) < sum(first)
     saved = json.loads((tmp_path / f"{method}.json").read_text())
@@ -65,14 +60,14 @@ def test_training_lowers_loss_and_round_trips(method, target, cache, tmp_path):
     assert len(saved["metrics"]["heldout_top1"]) == 3 and saved["parameters"] > 0
     # resume: epoch checkpoints exist; a rerun picks up after the last one and gives the same weights
     assert (tmp_path / f"{method}.epoch2.pt").exists()
-    again = train_heads(config, target, progress=False)
+    again = train_heads(config, llama_target, progress=False)
     assert again["metrics"] == recipe["metrics"]
 
     drafter = DRAFTERS[method](checkpoint=str(tmp_path / method))
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
         for budget in (1, 4, 12):
-            result = generate(target, drafter, prompt, 20, budget)
-            assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)
+            result = generate(llama_target, drafter, prompt, 20, budget)
+            assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
             assert max(step.nodes for step in result.steps) <= budget
     assert drafter.num_parameters() == saved["parameters"]
 
@@ -82,7 +77,7 @@ def test_training_lowers_loss_and_round_trips(method, target, cache, tmp_path):
         DRAFTERS[method](checkpoint=str(tmp_path / method)).reset(other.handle)
 
 
-def test_teacher_loss_targets_the_targets_distribution(target, cache):
+def test_teacher_loss_targets_the_targets_distribution(llama_target, cache):
     """Hydra++'s teacher loss: head k on row r is scored against lm_head(hidden[r + 1 + k]); with the
     student's logits set to the teacher's, the loss is the teacher's entropy (its minimum)."""
     from specbench.drafters.training.heads import IGNORE, teacher_loss
@@ -92,27 +87,27 @@ def test_teacher_loss_targets_the_targets_distribution(target, cache):
     labels = windows[index, 1:3].T  # [2, 3]
     assert (labels == IGNORE).tolist() == [[False, False, True], [False, True, True]]
     with torch.no_grad():
-        teacher = torch.stack([target.lm_head(hidden[(index + 1 + k).clamp(max=len(hidden) - 1)].float()) for k in range(2)])
-        loss = teacher_loss(teacher, labels, hidden, index, target)
+        teacher = torch.stack([llama_target.lm_head(hidden[(index + 1 + k).clamp(max=len(hidden) - 1)].float()) for k in range(2)])
+        loss = teacher_loss(teacher, labels, hidden, index, llama_target)
         probs = teacher.softmax(-1)
         entropy = -(probs * probs.log()).sum(-1)  # [2, 3]
         valid = labels != IGNORE
         expected = (entropy * valid).sum(1) / valid.sum(1)
     torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
-    shifted = teacher_loss(teacher.roll(1, dims=-1), labels, hidden, index, target)
+    shifted = teacher_loss(teacher.roll(1, dims=-1), labels, hidden, index, llama_target)
     assert (shifted > loss).all()
 
 
-def test_hydra_with_teacher_loss_trains_and_drafts_losslessly(target, cache, tmp_path):
+def test_hydra_with_teacher_loss_trains_and_drafts_losslessly(llama_target, cache, tmp_path):
     config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "hydra"), num_heads=3, epochs=2,
                              lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4, loss="teacher")
-    recipe = train_heads(config, target, progress=False)
+    recipe = train_heads(config, llama_target, progress=False)
     assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
     assert recipe["hyperparameters"]["loss"] == "teacher"
     drafter = HydraDrafter(checkpoint=str(tmp_path / "hydra"))
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
-        result = generate(target, drafter, prompt, max_new_tokens=20, budget=8)
-        assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)
+        result = generate(llama_target, drafter, prompt, max_new_tokens=20, budget=8)
+        assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
 
 
 def test_prefix_cache_equals_the_sequence_forward():
@@ -127,21 +122,21 @@ def test_prefix_cache_equals_the_sequence_forward():
         full = layer.forward_sequence(hidden)  # [10, H]
         cache = PrefixCache()
         for start, stop in [(0, 4), (4, 5), (5, 10)]:
-            torch.testing.assert_close(cache.extend(layer, hidden[start:stop]), full[stop - 1], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(cache.extend(layer, start, hidden[start:stop]), full[stop - 1], rtol=1e-5, atol=1e-5)
     assert not torch.allclose(full, hidden)
 
 
-def test_hydra_with_prefix_attention_trains_and_drafts_losslessly(target, cache, tmp_path):
+def test_hydra_with_prefix_attention_trains_and_drafts_losslessly(llama_target, cache, tmp_path):
     config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "hydra"), num_heads=3, epochs=3,
                              lr=1e-2, batch_size=128, warmup_steps=2, max_rank=4, prefix_heads=4)
-    recipe = train_heads(config, target, progress=False)
+    recipe = train_heads(config, llama_target, progress=False)
     assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
     assert recipe["data"]["train_positions"] == 20 * 24 and recipe["metrics"]["heldout_positions"] == 4 * 23  # the last position has no label
     drafter = HydraDrafter(checkpoint=str(tmp_path / "hydra"))
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
         for budget in (1, 8):
-            result = generate(target, drafter, prompt, max_new_tokens=20, budget=budget)
-            assert result.output_ids == plain_greedy(target.model, prompt, 20, target.eos_ids)
+            result = generate(llama_target, drafter, prompt, max_new_tokens=20, budget=budget)
+            assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
     assert drafter.module.prefix is not None
     with pytest.raises(SpecbenchError, match="hydra option"):
-        train_heads(HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "m"), prefix_heads=2), target)
+        train_heads(HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "m"), prefix_heads=2), llama_target)

@@ -87,9 +87,15 @@ def sample_loss(module: AttentionDraftModule, target: TargetModel, sample: Sampl
         return None
     if keep is not None and len(anchors) > keep:
         anchors = anchors[torch.randperm(len(anchors), generator=generator)[:keep].sort().values]
-    logits = sequence_logits(module, target, sample, anchors).float()  # [A, T, C]
+    return anchor_loss(module, sequence_logits(module, target, sample, anchors), sample, anchors, num_labels)
+
+
+def anchor_loss(module: AttentionDraftModule, logits: torch.Tensor, sample: Sample, anchors: torch.Tensor,
+                num_labels: int) -> torch.Tensor:
+    """CTC loss (or, without a blank, per-slot CE) of slot logits [A, T, C] of ``anchors`` in ``sample``."""
+    logits = logits.float()
     a, t, classes = logits.shape
-    ids = sample.input_ids.to(target.device)
+    ids = sample.input_ids.to(logits.device)
     if module.blank is not None:
         labels = ids[anchors[:, None].to(ids.device) + 2 + torch.arange(num_labels, device=ids.device)]  # [A, N]
         log_probs = logits.log_softmax(dim=-1).transpose(0, 1)  # [T, A, C]
@@ -123,15 +129,14 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
     losses, accepted = [], {b: [] for b in config.eval_budgets}
     transform_s, anchors_seen = 0.0, 0
     for sample in samples:
-        loss = sample_loss(module, target, sample, config.num_labels)
-        if loss is not None:
-            losses.append(loss.item())
-        anchors = anchors_of(sample, horizon)
-        if len(anchors) == 0:
+        loss_anchors = anchors_of(sample, config.num_labels)  # the loss's anchors; those with the whole
+        if len(loss_anchors) == 0:  # horizon known (scored below) are its first ones
             continue
-        logits = sequence_logits(module, target, sample, anchors)  # [A, T, C]
+        logits = sequence_logits(module, target, sample, loss_anchors)  # [A, T, C], one forward for both
+        losses.append(anchor_loss(module, logits, sample, loss_anchors, config.num_labels).item())
+        anchors = anchors_of(sample, horizon)
         ids = sample.input_ids.tolist()
-        for row, s in zip(logits, anchors.tolist()):
+        for row, s in zip(logits[: len(anchors)], anchors.tolist()):
             began = time.perf_counter()
             tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob)
             candidates = prefix_beam_search(tokens, probs, blanks, config.beam)

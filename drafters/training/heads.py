@@ -150,6 +150,13 @@ class PositionBatches:
             yield lambda module, index=index: (self.hidden[index], self.windows[index], self.hidden, index)
 
 
+def prefix_features(module: nn.Module, sample: Sample) -> torch.Tensor:
+    """h'_t [P, H] of the sample's response positions behind the module's prefix attention layer."""
+    start, end = response_positions(sample)
+    context = sample.hidden[:end].to(module.prefix.norm.weight.device, torch.float32)  # [end, H]
+    return module.prefix.forward_sequence(context)[start:end]
+
+
 class SequenceBatches:
     """Training batches of whole samples, for heads behind prefix attention (h'_t needs h_0 .. h_t)."""
 
@@ -164,8 +171,7 @@ class SequenceBatches:
         features, windows, raw = [], [], []
         for sample in group:
             start, end = response_positions(sample)
-            context = sample.hidden[:end].to(module.prefix.norm.weight.device, torch.float32)  # [end, H]
-            features.append(module.prefix.forward_sequence(context)[start:end])
+            features.append(prefix_features(module, sample))
             windows.append(sample_windows(sample, self.lookahead))
             raw.append(sample.hidden[start:end])
         raw_rows = torch.cat(raw)
@@ -267,7 +273,6 @@ def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torc
         for sample in iter_samples(cache, "heldout"):
             start, end = response_positions(sample)
             if end > start:
-                context = sample.hidden[:end].to(module.prefix.norm.weight.device, torch.float32)  # [end, H]
-                features.append(module.prefix.forward_sequence(context)[start:end])
+                features.append(prefix_features(module, sample))
                 windows.append(sample_windows(sample, lookahead))
     return torch.cat(features), torch.cat(windows)
