@@ -59,6 +59,26 @@ def test_resume_skips_finished_shards_and_refuses_other_settings(target, tmp_pat
                     {"train": PROMPTS}, progress=False)
 
 
+def test_a_cache_grows_with_more_training_prompts(target, tmp_path):
+    def config(train: int, out: str) -> DistillConfig:
+        return DistillConfig(out=str(tmp_path / out), train=train, max_new_tokens=8, batch_size=2, shard_size=2)
+
+    run_distill(config(3, "d"), target, {"train": PROMPTS[:3]}, progress=False)  # shards of 2 and 1 samples
+    full_shard = tmp_path / "d" / "train" / "shard-00000.safetensors"
+    stamp = full_shard.stat().st_mtime_ns
+    run_distill(config(5, "d"), target, {"train": PROMPTS}, progress=False)
+    run_distill(config(5, "fresh"), target, {"train": PROMPTS}, progress=False)
+    assert full_shard.stat().st_mtime_ns == stamp  # the full shard is kept, the partial one redone
+    grown = [s.input_ids.tolist() for s in iter_samples(tmp_path / "d", "train")]
+    assert grown == [s.input_ids.tolist() for s in iter_samples(tmp_path / "fresh", "train")]
+    manifests = [json.loads((tmp_path / out / "manifest.json").read_text()) for out in ("d", "fresh")]
+    assert manifests[0]["config"]["train"] == 5
+    for key in ("samples", "tokens", "response_tokens"):
+        assert manifests[0]["counts"]["train"][key] == manifests[1]["counts"]["train"][key]
+    with pytest.raises(SpecbenchError, match="only --train may grow"):
+        run_distill(config(4, "d"), target, {"train": PROMPTS[:4]}, progress=False)
+
+
 def test_sharegpt_parser_stops_at_the_cut():
     text = '[{"conversations": [{"from": "human", "value": " hi "}]}, {"conversations": [{"from": "gpt", "value": "x"}]},\n {"conversations": [{"from": "hum'
     items = list(iter_items(text))

@@ -12,7 +12,8 @@ Layout of a cache directory::
     heldout/shard-00000.safetensors    hidden float16[T, H]   (T = tokens of the shard's S samples)
 
 Shards are written whole (temp file, then rename) and listed in the manifest as they finish, so an
-interrupted run resumes at the first missing shard; with the same seed the result is identical.
+interrupted run resumes at the first missing shard; with the same seed the result is identical. A cache
+grows: rerunning with a larger ``--train`` (all else equal) keeps the finished shards and adds the rest.
 """
 
 from __future__ import annotations
@@ -120,8 +121,12 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
     if manifest is not None:
         if manifest["target"] != identity:
             raise SpecbenchError(f"{out} was distilled from {manifest['target']['name']}, not {target.name}")
-        if manifest["config"] | {"out": config.out} != asdict(config):
-            raise SpecbenchError(f"{out} was distilled with other settings; choose another --out")
+        old = manifest["config"] | {"out": config.out}
+        if old | {"train": config.train} != asdict(config) or config.train < old["train"]:
+            raise SpecbenchError(f"{out} was distilled with other settings; choose another --out "
+                                 "(only --train may grow)")
+        if config.train > old["train"]:
+            grow(out, manifest, config)
     else:
         manifest = {"target": identity, "config": asdict(config), "prompts": prompt_info or {},
                     "shards": {split: [] for split in SPLITS}, "counts": {}}
@@ -153,6 +158,22 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
             bar.update(len(chunk))
         bar.close()
     return out
+
+
+def grow(out: Path, manifest: dict, config: DistillConfig) -> None:
+    """Prepare a cache for more training prompts: the prompt order is fixed by the seed, so the finished
+    full shards stay valid; a last, partial train shard is dropped (its counts subtracted, its time kept
+    in ``seconds``) so that the shard is redone with its full set of prompts."""
+    shards = manifest["shards"]["train"]
+    if shards:
+        last = load_file(str(out / shards[-1]))
+        if len(last["prompt_lens"]) < config.shard_size:
+            counts = manifest["counts"]["train"]
+            counts["samples"] -= len(last["prompt_lens"])
+            counts["tokens"] -= int(last["input_ids"].numel())
+            counts["response_tokens"] -= int(last["input_ids"].numel() - last["prompt_lens"].sum())
+            shards.pop()
+    manifest["config"]["train"] = config.train
 
 
 def iter_samples(cache: Path, split: str) -> Iterator[Sample]:
