@@ -10,6 +10,7 @@ from torch import nn
 
 from specbench.checkpoint import load_checkpoint
 from specbench.drafter import Drafter, TargetHandle
+from specbench.drafters.draft_vocab import RANKING_KEY
 from specbench.errors import SpecbenchError
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
@@ -42,6 +43,7 @@ class CheckpointDrafter(Drafter):
         self.checkpoint = checkpoint
         self.module: nn.Module | None = None
         self.recipe: dict = {}
+        self.vocab_ranking = None
         self._loaded_for: str | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
@@ -58,6 +60,7 @@ class CheckpointDrafter(Drafter):
         if self._loaded_for != key:
             stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
             state, recipe = load_checkpoint(stem, target)
+            self.vocab_ranking = state.pop(RANKING_KEY, None)  # IntTensor[V] | None: see draft_vocab.py
             module = self.build_module(recipe, target)
             module.load_state_dict(state)
             self.module = module.to(device=target.device, dtype=target.dtype).eval()

@@ -53,7 +53,7 @@ class HydraHeads(nn.Module):
 
 
 class HydraDrafter(HeadDrafter):
-    """Hydra-style heads; options: ``checkpoint`` (path stem), ``max_rank``."""
+    """Hydra-style heads; options: ``checkpoint`` (path stem), ``max_rank``, ``draft_vocab``."""
 
     method = "hydra"
     module_class = HydraHeads
@@ -76,7 +76,7 @@ class HydraDrafter(HeadDrafter):
         for depth, parents in enumerate(shape.parents_by_depth, start=1):
             stacked = torch.stack([path_embeddings[p] for p in parents])  # [P, depth, H]
             features = self.module.heads[depth - 1](h.expand(len(parents), -1), stacked)  # [P, H]
-            top = ctx.target.lm_head(features).topk(shape.max_rank, dim=-1).indices.cpu()  # [P, R]
+            top = self.top_tokens(features, shape.max_rank).cpu()  # [P, R]
             children = [(child, row) for row, p in enumerate(parents) for child in shape.children[p]]
             index = torch.tensor([c for c, _ in children])
             tokens[index] = top[torch.tensor([r for _, r in children]), torch.tensor([shape.ranks[c] for c, _ in children])]

@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
+from specbench.errors import SpecbenchError
 from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.layers import ResBlock
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
@@ -42,11 +44,15 @@ class HeadDrafter(CheckpointDrafter):
     #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers
     module_options: tuple[str, ...] = ()
 
-    def __init__(self, checkpoint: str | None = None, max_rank: int = 8) -> None:
+    def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int = 0) -> None:
         super().__init__(checkpoint)
+        if draft_vocab < 0:
+            raise SpecbenchError(f"{self.method}.draft_vocab must be 0 (the full vocabulary) or a token count")
         self.max_rank = max_rank
+        self.draft_vocab = draft_vocab
         self.accuracy: list[list[float]] = []
         self._trees: dict[int, StaticTree] = {}
+        self.vocab: DraftVocab | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
         config = recipe["hyperparameters"]
@@ -56,6 +62,19 @@ class HeadDrafter(CheckpointDrafter):
     def loaded(self, recipe: dict) -> None:
         self.accuracy = [row[: self.max_rank] for row in recipe["metrics"]["heldout_topk_accuracy"]]
         self._trees = {}
+        self.vocab = None
+
+    def reset(self, target: TargetHandle) -> None:
+        super().reset(target)
+        if self.vocab is None:
+            try:
+                self.vocab = DraftVocab(target.lm_head, self.vocab_ranking, self.draft_vocab)
+            except ValueError as error:
+                raise SpecbenchError(f"{self.method}.draft_vocab={self.draft_vocab}: {error}") from None
+
+    def top_tokens(self, features: torch.Tensor, k: int) -> torch.Tensor:
+        """features [..., H] -> the k best token ids [..., k] within the draft vocabulary."""
+        return self.vocab.token_ids(self.vocab.logits(features).topk(k, dim=-1).indices)
 
     def static_tree(self, budget: int) -> StaticTree:
         if budget not in self._trees:
@@ -80,13 +99,13 @@ class HeadDrafter(CheckpointDrafter):
 
 
 class MedusaDrafter(HeadDrafter):
-    """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem), ``max_rank``."""
+    """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem), ``max_rank``,
+    ``draft_vocab`` (score only the N most frequent tokens; 0: all)."""
 
     method = "medusa"
     module_class = MedusaHeads
 
     def draft(self, ctx: DraftContext, shape: StaticTree, h: torch.Tensor) -> DraftTree:
-        logits = ctx.target.lm_head(self.module(h, shape.max_depth))  # [D, V], D = tree depth <= K
-        top = logits.topk(shape.max_rank, dim=-1).indices  # [D, R]
+        top = self.top_tokens(self.module(h, shape.max_depth), shape.max_rank)  # [D, R], D = tree depth <= K
         heads, ranks = shape.head_and_rank
         return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]

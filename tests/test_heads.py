@@ -71,6 +71,15 @@ def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_p
             assert max(step.nodes for step in result.steps) <= budget
     assert drafter.num_parameters() == saved["parameters"]
 
+    # a draft vocabulary cut to the most frequent tokens stays lossless; the whole vocabulary drafts as before
+    for size in (5, 40):
+        cut = DRAFTERS[method](checkpoint=str(tmp_path / method), draft_vocab=size)
+        result = generate(llama_target, cut, [5, 17, 42, 8], 20, 12)
+        assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 20, llama_target.eos_ids)
+    whole = DRAFTERS[method](checkpoint=str(tmp_path / method), draft_vocab=llama_target.config.vocab_size)
+    assert [s.accepted for s in generate(llama_target, whole, [5, 17, 42, 8], 20, 12).steps] == \
+        [s.accepted for s in generate(llama_target, drafter, [5, 17, 42, 8], 20, 12).steps]
+
     other = make_target(build_tiny_model("qwen2"))
     object.__setattr__(other.handle, "sha256", "f" * 64)
     with pytest.raises(SpecbenchError, match="trained for target"):
@@ -140,3 +149,39 @@ def test_hydra_with_prefix_attention_trains_and_drafts_losslessly(llama_target, 
     assert drafter.module.prefix is not None
     with pytest.raises(SpecbenchError, match="hydra option"):
         train_heads(HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "m"), prefix_heads=2), llama_target)
+
+
+def test_draft_vocab_ranks_tokens_by_count_and_scores_only_those_rows(llama_target, cache, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab, token_ranking
+    from specbench.drafters.training.distill import iter_samples
+
+    vocab = llama_target.config.vocab_size
+    ranking = token_ranking(cache, vocab)
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for sample in iter_samples(cache, "train"):
+        for token in sample.input_ids.tolist():
+            counts[token] += 1
+    assert sorted(ranking.tolist()) == list(range(vocab))
+    ranked = counts[ranking.long()].tolist()
+    assert ranked == sorted(ranked, reverse=True)  # most frequent first
+
+    cut = DraftVocab(llama_target.lm_head, ranking, 10)
+    features = torch.randn(3, llama_target.config.hidden_size)
+    ids = cut.token_ids(torch.arange(10))
+    assert set(ids.tolist()) == set(ranking[:10].tolist())
+    with torch.no_grad():
+        torch.testing.assert_close(cut.logits(features), llama_target.lm_head(features)[:, ids])
+    assert DraftVocab(llama_target.lm_head, None, 0).size == vocab
+
+    # a checkpoint without a ranking (trained before the option existed) refuses a cut, with a clear message
+    train_heads(HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "m"), num_heads=2, epochs=1,
+                                batch_size=64, warmup_steps=1), llama_target, progress=False)
+    weights = tmp_path / "m.safetensors"
+    state = load_file(str(weights))
+    assert torch.equal(state.pop(RANKING_KEY), ranking)
+    save_file(state, str(weights))
+    MedusaDrafter(checkpoint=str(tmp_path / "m")).reset(llama_target.handle)  # the full vocabulary still works
+    with pytest.raises(SpecbenchError, match="draft_vocab=8: this checkpoint stores no vocabulary ranking"):
+        MedusaDrafter(checkpoint=str(tmp_path / "m"), draft_vocab=8).reset(llama_target.handle)

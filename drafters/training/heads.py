@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
+from specbench.drafters.draft_vocab import RANKING_KEY, token_ranking
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import MedusaHeads
 from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
@@ -258,8 +259,10 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         "history": history,
         "training_seconds": seconds,
         "torch_threads": torch.get_num_threads(),
+        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
     }
-    save_checkpoint(stem, module.state_dict(), recipe)
+    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # for the draft_vocab option
+    save_checkpoint(stem, module.state_dict() | {RANKING_KEY: ranking}, recipe)
     return recipe
 
 

@@ -1,0 +1,64 @@
+"""A drafter's output vocabulary cut to the target's most frequent tokens (the idea of FR-Spec).
+
+Scoring a draft position costs one row of the target's ``lm_head``: V x H multiply-adds that, on a CPU,
+stream the whole matrix (113 MB for the default model) from memory for every drafted row. Drafting over
+the V' most frequent tokens streams V'/V of it. Verification is untouched (the target's full distribution
+decides every token), so outputs stay exact: a token outside the cut can only fail to be proposed.
+
+The ranking is measured at training time on the distillation cache (token counts over the train split's
+prompts and the target's own responses) and stored in the checkpoint under `RANKING_KEY`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+RANKING_KEY = "vocab_ranking"
+
+
+def token_ranking(cache: Path, vocab_size: int) -> torch.Tensor:
+    """IntTensor[V]: every token id, most frequent first in the cache's train split (ties: lower id first)."""
+    from specbench.drafters.training.distill import iter_samples
+
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for sample in iter_samples(cache, "train"):
+        counts += torch.bincount(sample.input_ids.clamp(max=vocab_size - 1), minlength=vocab_size)
+    return torch.sort(counts, descending=True, stable=True).indices.to(torch.int32)
+
+
+class DraftVocab:
+    """The drafter's view of the ``lm_head``: all V rows, or the ``size`` most frequent tokens' rows.
+
+    ``logits(features [..., H]) -> [..., V']`` and ``token_ids(indices) -> ids`` translate back; with the
+    full vocabulary both are the identity on ids.
+    """
+
+    def __init__(self, lm_head: nn.Module, ranking: torch.Tensor | None, size: int) -> None:
+        vocab = lm_head.weight.shape[0]
+        self.lm_head = lm_head
+        self.ids: torch.Tensor | None = None
+        if 0 < size < vocab:
+            if ranking is None:
+                raise ValueError("this checkpoint stores no vocabulary ranking (retrain it to use draft_vocab)")
+            ids = ranking[:size].long().sort().values.to(lm_head.weight.device)  # [V'], ascending ids
+            self.ids = ids
+            self.weight = lm_head.weight.detach()[ids].contiguous()  # [V', H], a copy of V' rows
+            bias = getattr(lm_head, "bias", None)
+            self.bias = bias.detach()[ids] if bias is not None else None
+
+    @property
+    def size(self) -> int:
+        return int(self.lm_head.weight.shape[0] if self.ids is None else self.ids.shape[0])
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., H] -> logits [..., V'] over the drafter's vocabulary."""
+        if self.ids is None:
+            return self.lm_head(features)
+        return nn.functional.linear(features, self.weight, self.bias)
+
+    def token_ids(self, indices: torch.Tensor) -> torch.Tensor:
+        """Indices into the drafter's vocabulary -> the target's token ids (same shape)."""
+        return indices if self.ids is None else self.ids[indices]
