@@ -17,6 +17,9 @@ import torch
 from torch import nn
 
 RANKING_KEY = "vocab_ranking"
+#: tokens a head drafter scores by default (when its checkpoint stores a ranking); chosen by measurement,
+#: see docs/performance.md ("Draft vocabulary")
+DEFAULT_DRAFT_VOCAB = 8192
 
 
 def token_ranking(cache: Path, vocab_size: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ from torch import nn
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.errors import SpecbenchError
 from specbench.drafters.checkpointed import CheckpointDrafter
-from specbench.drafters.draft_vocab import DraftVocab
+from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, DraftVocab
 from specbench.drafters.layers import ResBlock
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
@@ -44,9 +44,9 @@ class HeadDrafter(CheckpointDrafter):
     #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers
     module_options: tuple[str, ...] = ()
 
-    def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int = 0) -> None:
+    def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int | None = None) -> None:
         super().__init__(checkpoint)
-        if draft_vocab < 0:
+        if draft_vocab is not None and (not isinstance(draft_vocab, int) or draft_vocab < 0):
             raise SpecbenchError(f"{self.method}.draft_vocab must be 0 (the full vocabulary) or a token count")
         self.max_rank = max_rank
         self.draft_vocab = draft_vocab
@@ -67,8 +67,11 @@ class HeadDrafter(CheckpointDrafter):
     def reset(self, target: TargetHandle) -> None:
         super().reset(target)
         if self.vocab is None:
+            size = self.draft_vocab
+            if size is None:  # the default: cut when the checkpoint has a ranking, else the whole vocabulary
+                size = DEFAULT_DRAFT_VOCAB if self.vocab_ranking is not None else 0
             try:
-                self.vocab = DraftVocab(target.lm_head, self.vocab_ranking, self.draft_vocab)
+                self.vocab = DraftVocab(target.lm_head, self.vocab_ranking, size)
             except ValueError as error:
                 raise SpecbenchError(f"{self.method}.draft_vocab={self.draft_vocab}: {error}") from None
 
@@ -100,7 +103,8 @@ class HeadDrafter(CheckpointDrafter):
 
 class MedusaDrafter(HeadDrafter):
     """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem), ``max_rank``,
-    ``draft_vocab`` (score only the N most frequent tokens; 0: all)."""
+    ``draft_vocab`` (score only the N most frequent tokens; 0: all; default: `DEFAULT_DRAFT_VOCAB` when the
+    checkpoint stores a token ranking)."""
 
     method = "medusa"
     module_class = MedusaHeads
