@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from specbench.checkpoint import load_checkpoint
 from specbench.drafter import Drafter, TargetHandle
-from specbench.drafters.draft_vocab import RANKING_KEY
+from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.errors import SpecbenchError
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
@@ -34,16 +35,21 @@ class CheckpointDrafter(Drafter):
 
     Subclasses set ``method`` (the recipe's method name), implement ``build_module(recipe, target)`` and
     may override ``loaded(recipe)`` (called after a new load) and ``start_sequence()`` (every reset).
+    ``self.vocab`` is the drafter's view of the ``lm_head``: the ``draft_vocab`` most frequent tokens
+    (default `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a ranking; 0: all of them).
     """
 
     method = ""
 
-    def __init__(self, checkpoint: str | None = None) -> None:
+    def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None) -> None:
         super().__init__()
+        if draft_vocab is not None and (not isinstance(draft_vocab, int) or draft_vocab < 0):
+            raise SpecbenchError(f"{self.method}.draft_vocab must be 0 (the full vocabulary) or a token count")
         self.checkpoint = checkpoint
+        self.draft_vocab = draft_vocab
         self.module: nn.Module | None = None
         self.recipe: dict = {}
-        self.vocab_ranking = None
+        self.vocab: DraftVocab | None = None
         self._loaded_for: str | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
@@ -60,13 +66,27 @@ class CheckpointDrafter(Drafter):
         if self._loaded_for != key:
             stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
             state, recipe = load_checkpoint(stem, target)
-            self.vocab_ranking = state.pop(RANKING_KEY, None)  # IntTensor[V] | None: see draft_vocab.py
+            ranking = state.pop(RANKING_KEY, None)  # IntTensor[V] | None: see draft_vocab.py
             module = self.build_module(recipe, target)
             module.load_state_dict(state)
             self.module = module.to(device=target.device, dtype=target.dtype).eval()
+            self.vocab = self.draft_vocabulary(target, ranking)
             self.recipe, self._loaded_for = recipe, key
             self.loaded(recipe)
         self.start_sequence()
+
+    def draft_vocabulary(self, target: TargetHandle, ranking) -> DraftVocab:
+        size = self.draft_vocab
+        if size is None:  # the default: cut when the checkpoint has a ranking, else the whole vocabulary
+            size = DEFAULT_DRAFT_VOCAB if ranking is not None else 0
+        try:
+            return DraftVocab(target.lm_head, ranking, size)
+        except ValueError as error:
+            raise SpecbenchError(f"{self.method}.draft_vocab={self.draft_vocab}: {error}") from None
+
+    def top_tokens(self, features: torch.Tensor, k: int) -> torch.Tensor:
+        """features [..., H] -> the k best token ids [..., k] within the draft vocabulary."""
+        return self.vocab.token_ids(self.vocab.logits(features).topk(k, dim=-1).indices)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.module.parameters()) if self.module is not None else 0

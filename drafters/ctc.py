@@ -21,12 +21,13 @@ from specbench.tree import DraftTree
 
 class CTCDrafter(CheckpointDrafter):
     """Options: ``checkpoint`` (path stem), ``top_k`` tokens per slot, ``beam`` prefixes kept per slot,
-    ``min_prob`` (slot tokens below it are skipped)."""
+    ``min_prob`` (slot tokens below it are skipped), ``draft_vocab`` (see `CheckpointDrafter`)."""
 
     method = "ctc"
 
-    def __init__(self, checkpoint: str | None = None, top_k: int = 4, beam: int = 16, min_prob: float = 1e-3) -> None:
-        super().__init__(checkpoint)
+    def __init__(self, checkpoint: str | None = None, top_k: int = 4, beam: int = 16, min_prob: float = 1e-3,
+                 draft_vocab: int | None = None) -> None:
+        super().__init__(checkpoint, draft_vocab)
         if top_k < 1 or beam < 1 or not 0.0 <= min_prob < 1.0:
             raise ValueError("ctc needs top_k >= 1, beam >= 1 and 0 <= min_prob < 1")
         self.top_k, self.beam, self.min_prob = top_k, beam, min_prob
@@ -47,8 +48,11 @@ class CTCDrafter(CheckpointDrafter):
                             self.name or self.method)
         if ctx.budget == 1:
             return DraftTree.root_only(ctx.root)
-        logits = self.context.draft_logits(self.module, ctx.target.lm_head)  # [T, V (+1)]
+        logits = self.context.draft_logits(self.module, self.vocab.logits)  # [T, V' (+1)]
         tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob)
+        if self.vocab.ids is not None:  # draft-vocabulary indices -> token ids
+            ids = self.vocab.id_list
+            tokens = [[ids[t] for t in slot] for slot in tokens]
         with ctx.span("transform"):
             candidates = prefix_beam_search(tokens, probs, blanks, self.beam)
             return candidate_tree(ctx.root, candidates, ctx.budget)

@@ -16,6 +16,8 @@ repeat the target's own next-token distribution.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import nn
 
@@ -90,8 +92,8 @@ class AttentionDraftModule(nn.Module):
             return x
         return torch.stack([block(x[:, j]) for j, block in enumerate(self.slot_blocks)], dim=1)
 
-    def logits(self, features: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        """[..., V (+1)]: the frozen lm_head's logits, then the blank logit last (if any)."""
+    def logits(self, features: torch.Tensor, lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """[..., V (+1)]: the frozen lm_head's logits (or a draft vocabulary's), then the blank logit last (if any)."""
         vocab = lm_head(features)
         if self.blank is None:
             return vocab
@@ -134,7 +136,7 @@ class ContextCache(KVCache):
         self.append(*module.context_keys_values(u, self.next_positions(start, u.shape[0], u.device, owner)))
         self.last = u[-1]
 
-    def draft_logits(self, module: AttentionDraftModule, lm_head: nn.Module) -> torch.Tensor:
+    def draft_logits(self, module: AttentionDraftModule, lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """Slot logits [T, V (+1)] after the newest position."""
         slot_positions = self.length + torch.arange(module.num_slots, device=self.last.device)  # [T]
         features = module.slot_features(module.slot_inputs(self.last[None]), slot_positions[None], self.keys, self.values, None)

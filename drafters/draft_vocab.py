@@ -48,6 +48,7 @@ class DraftVocab:
                 raise ValueError("this checkpoint stores no vocabulary ranking (retrain it to use draft_vocab)")
             ids = ranking[:size].long().sort().values.to(lm_head.weight.device)  # [V'], ascending ids
             self.ids = ids
+            self.id_list: list[int] = ids.tolist()
             self.weight = lm_head.weight.detach()[ids].contiguous()  # [V', H], a copy of V' rows
             bias = getattr(lm_head, "bias", None)
             self.bias = bias.detach()[ids] if bias is not None else None

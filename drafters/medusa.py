@@ -13,9 +13,7 @@ import torch
 from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
-from specbench.errors import SpecbenchError
 from specbench.drafters.checkpointed import CheckpointDrafter
-from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, DraftVocab
 from specbench.drafters.layers import ResBlock
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
@@ -45,14 +43,10 @@ class HeadDrafter(CheckpointDrafter):
     module_options: tuple[str, ...] = ()
 
     def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int | None = None) -> None:
-        super().__init__(checkpoint)
-        if draft_vocab is not None and (not isinstance(draft_vocab, int) or draft_vocab < 0):
-            raise SpecbenchError(f"{self.method}.draft_vocab must be 0 (the full vocabulary) or a token count")
+        super().__init__(checkpoint, draft_vocab)
         self.max_rank = max_rank
-        self.draft_vocab = draft_vocab
         self.accuracy: list[list[float]] = []
         self._trees: dict[int, StaticTree] = {}
-        self.vocab: DraftVocab | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
         config = recipe["hyperparameters"]
@@ -62,22 +56,6 @@ class HeadDrafter(CheckpointDrafter):
     def loaded(self, recipe: dict) -> None:
         self.accuracy = [row[: self.max_rank] for row in recipe["metrics"]["heldout_topk_accuracy"]]
         self._trees = {}
-        self.vocab = None
-
-    def reset(self, target: TargetHandle) -> None:
-        super().reset(target)
-        if self.vocab is None:
-            size = self.draft_vocab
-            if size is None:  # the default: cut when the checkpoint has a ranking, else the whole vocabulary
-                size = DEFAULT_DRAFT_VOCAB if self.vocab_ranking is not None else 0
-            try:
-                self.vocab = DraftVocab(target.lm_head, self.vocab_ranking, size)
-            except ValueError as error:
-                raise SpecbenchError(f"{self.method}.draft_vocab={self.draft_vocab}: {error}") from None
-
-    def top_tokens(self, features: torch.Tensor, k: int) -> torch.Tensor:
-        """features [..., H] -> the k best token ids [..., k] within the draft vocabulary."""
-        return self.vocab.token_ids(self.vocab.logits(features).topk(k, dim=-1).indices)
 
     def static_tree(self, budget: int) -> StaticTree:
         if budget not in self._trees:

@@ -172,6 +172,20 @@ def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_
             result = generate(llama_target, drafter, prompt, max_new_tokens=30, budget=budget)
             assert result.output_ids == plain_greedy(llama_target.model, prompt, 30, llama_target.eos_ids)
     assert (drafter.module.blank is not None) == (method == "ctc")
+    # a draft vocabulary of the 6 most frequent tokens: every proposed token is one of them, output exact
+    cut = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=6)
+    proposed: set[int] = set()
+    original = cut.propose
+
+    def recording(ctx):
+        tree = original(ctx)
+        proposed.update(tree.tokens[1:].tolist())
+        return tree
+
+    cut.propose = recording
+    result = generate(llama_target, cut, [5, 17, 42, 8], max_new_tokens=30, budget=12)
+    assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 30, llama_target.eos_ids)
+    assert proposed and proposed <= set(cut.vocab.ids.tolist())
 
 
 def test_ctc_needs_fewer_labels_than_slots(llama_target, cache, tmp_path):

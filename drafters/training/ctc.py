@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
+from specbench.drafters.draft_vocab import RANKING_KEY, token_ranking
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
 from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
@@ -214,6 +215,8 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         "history": history,
         "training_seconds": seconds,
         "torch_threads": torch.get_num_threads(),
+        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
     }
-    save_checkpoint(Path(config.out), module.state_dict(), recipe)
+    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # for the draft_vocab option
+    save_checkpoint(Path(config.out), module.state_dict() | {RANKING_KEY: ranking}, recipe)
     return recipe
