@@ -57,6 +57,7 @@ def main() -> int:
     module.load_state_dict(state)
     module.eval()
     hidden, windows = heldout_inputs(module, cache, config["num_heads"])
+    hidden = hidden.to(target.dtype)  # stored as float16 in the cache
     budgets = [int(b) for b in args.budgets.split(",")]
     prefix = torch.arange(100, 400)
     past = target.new_cache()
