@@ -19,22 +19,19 @@ from pathlib import Path
 import torch
 
 from specbench.checkpoint import load_checkpoint
-from specbench.kv import commit_path
 from specbench.drafters.checkpointed import default_checkpoint
 from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab, token_ranking
-from specbench.drafters.hydra import HydraHeads
-from specbench.drafters.medusa import MedusaHeads
 from specbench.drafters.static_tree import StaticTree
 from specbench.drafters.training.heads import IGNORE, head_logits, heldout_inputs
+from specbench.kv import commit_path
 from specbench.model import cache_root, load_target
+from specbench.registry import create_drafter
 from specbench.tree import DraftTree
-
-MODULES = {"medusa": MedusaHeads, "hydra": HydraHeads}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", choices=sorted(MODULES), default="hydra")
+    parser.add_argument("--method", choices=["hydra", "medusa"], default="hydra")
     parser.add_argument("--checkpoint", default=None, help="path stem (default: the shipped one)")
     parser.add_argument("--cache", default=None, help="distillation cache (default: the model's)")
     parser.add_argument("--sizes", default="0,32768,16384,8192,4096")
@@ -46,16 +43,13 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     target = load_target(args.model)
     stem = Path(args.checkpoint) if args.checkpoint else default_checkpoint(args.method, target.handle)
-    state, recipe = load_checkpoint(stem, target.handle)
+    drafter = create_drafter(args.method, checkpoint=str(stem), draft_vocab=0)  # builds and loads the heads
+    drafter.reset(target.handle)
+    module, config = drafter.module, drafter.recipe["hyperparameters"]
     cache = Path(args.cache or cache_root() / "distill" / f"{target.source.name}-{target.source.sha256[:16]}")
-    ranking = state.pop(RANKING_KEY, None)
-    if ranking is None:
+    ranking = load_checkpoint(stem, target.handle)[0].get(RANKING_KEY)
+    if ranking is None:  # a checkpoint from before the ranking existed: measure it on the cache
         ranking = token_ranking(cache, target.config.vocab_size)
-    config = recipe["hyperparameters"]
-    options = {"prefix_heads": config["prefix_heads"]} if config.get("prefix_heads") else {}
-    module = MODULES[args.method](target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
-    module.load_state_dict(state)
-    module.eval()
     hidden, windows = heldout_inputs(module, cache, config["num_heads"])
     hidden = hidden.to(target.dtype)  # stored as float16 in the cache
     budgets = [int(b) for b in args.budgets.split(",")]

@@ -75,7 +75,8 @@ class CheckpointDrafter(Drafter):
             self.loaded(recipe)
         self.start_sequence()
 
-    def draft_vocabulary(self, target: TargetHandle, ranking) -> DraftVocab:
+    def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:
+        """The ``draft_vocab`` cut of ``target``'s lm_head by the checkpoint's token ranking."""
         size = self.draft_vocab
         if size is None:  # the default: cut when the checkpoint has a ranking, else the whole vocabulary
             size = DEFAULT_DRAFT_VOCAB if ranking is not None else 0

@@ -49,10 +49,8 @@ class CTCDrafter(CheckpointDrafter):
         if ctx.budget == 1:
             return DraftTree.root_only(ctx.root)
         logits = self.context.draft_logits(self.module, self.vocab.logits)  # [T, V' (+1)]
-        tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob)
-        if self.vocab.ids is not None:  # draft-vocabulary indices -> token ids
-            ids = self.vocab.id_list
-            tokens = [[ids[t] for t in slot] for slot in tokens]
+        tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob,
+                                                self.vocab.ids)
         with ctx.span("transform"):
             candidates = prefix_beam_search(tokens, probs, blanks, self.beam)
             return candidate_tree(ctx.root, candidates, ctx.budget)

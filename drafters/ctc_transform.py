@@ -107,8 +107,10 @@ def candidate_tree(root: int, candidates: Candidates, budget: int) -> DraftTree:
     return tree
 
 
-def slot_candidates(logits: torch.Tensor, has_blank: bool, top_k: int, min_prob: float) -> tuple[list, list, list | None]:
-    """Per-slot top-k tokens and probabilities (and the blank's probability) from logits [T, V (+1)].
+def slot_candidates(logits: torch.Tensor, has_blank: bool, top_k: int, min_prob: float,
+                    vocab_ids: torch.Tensor | None = None) -> tuple[list, list, list | None]:
+    """Per-slot top-k tokens and probabilities (and the blank's probability) from logits [T, V (+1)];
+    with ``vocab_ids`` [V'] (a draft vocabulary's token ids) the logits' columns are those tokens.
 
     Tokens below ``min_prob`` are dropped (each slot keeps at least its best token): they cannot reach a
     tree of the sizes used here, and skipping them keeps the search cheap.
@@ -118,7 +120,8 @@ def slot_candidates(logits: torch.Tensor, has_blank: bool, top_k: int, min_prob:
     top = vocab.topk(top_k, dim=-1)  # [T, k]
     keep = top.values >= min_prob
     keep[:, 0] = True
-    values, indices = top.values.tolist(), top.indices.tolist()
+    indices = top.indices if vocab_ids is None else vocab_ids[top.indices]  # [T, k] token ids
+    values, indices = top.values.tolist(), indices.tolist()
     rows = keep.tolist()
     tokens = [[tok for tok, ok in zip(ids, row) if ok] for ids, row in zip(indices, rows)]
     token_probs = [[p for p, ok in zip(ps, row) if ok] for ps, row in zip(values, rows)]

@@ -24,11 +24,11 @@ DEFAULT_DRAFT_VOCAB = 8192
 
 def token_ranking(cache: Path, vocab_size: int) -> torch.Tensor:
     """IntTensor[V]: every token id, most frequent first in the cache's train split (ties: lower id first)."""
-    from specbench.drafters.training.distill import iter_samples
+    from specbench.drafters.training.distill import iter_token_ids
 
     counts = torch.zeros(vocab_size, dtype=torch.long)
-    for sample in iter_samples(cache, "train"):
-        counts += torch.bincount(sample.input_ids.clamp(max=vocab_size - 1), minlength=vocab_size)
+    for ids in iter_token_ids(cache, "train"):
+        counts += torch.bincount(ids.long(), minlength=vocab_size)
     return torch.sort(counts, descending=True, stable=True).indices.to(torch.int32)
 
 
@@ -48,7 +48,6 @@ class DraftVocab:
                 raise ValueError("this checkpoint stores no vocabulary ranking (retrain it to use draft_vocab)")
             ids = ranking[:size].long().sort().values.to(lm_head.weight.device)  # [V'], ascending ids
             self.ids = ids
-            self.id_list: list[int] = ids.tolist()
             self.weight = lm_head.weight.detach()[ids].contiguous()  # [V', H], a copy of V' rows
             bias = getattr(lm_head, "bias", None)
             self.bias = bias.detach()[ids] if bias is not None else None

@@ -1,6 +1,6 @@
 """Medusa and Hydra heads on a tiny model: static tree construction, a CI-sized training run (loss falls,
 checkpoint round-trips, resume), lossless drafting with the trained heads, and refusal of a checkpoint
-trained for another llama_target."""
+trained for another target."""
 
 from __future__ import annotations
 

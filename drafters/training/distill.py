@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from specbench.errors import SpecbenchError
@@ -166,7 +167,7 @@ def grow(out: Path, manifest: dict, config: DistillConfig) -> None:
     in ``seconds``) so that the shard is redone with its full set of prompts."""
     shards = manifest["shards"]["train"]
     if shards:
-        last = load_file(str(out / shards[-1]))
+        last = shard_tensors(out / shards[-1], ("input_ids", "prompt_lens"))
         if len(last["prompt_lens"]) < config.shard_size:
             counts = manifest["counts"]["train"]
             counts["samples"] -= len(last["prompt_lens"])
@@ -176,13 +177,30 @@ def grow(out: Path, manifest: dict, config: DistillConfig) -> None:
     manifest["config"]["train"] = config.train
 
 
-def iter_samples(cache: Path, split: str) -> Iterator[Sample]:
-    """Every distilled sample of ``split``, shard by shard, in order."""
+def shard_tensors(path: Path, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Only the named tensors of one shard (the hidden states are most of its size)."""
+    with safe_open(str(path), framework="pt") as shard:
+        return {name: shard.get_tensor(name) for name in names}
+
+
+def shard_paths(cache: Path, split: str) -> list[Path]:
+    """The finished shards of ``split``, in order."""
     manifest = read_manifest(Path(cache))
     if manifest is None:
         raise SpecbenchError(f"{cache} is not a distillation cache (no manifest.json)")
-    for name in manifest["shards"].get(split, []):
-        tensors = load_file(str(Path(cache) / name))
+    return [Path(cache) / name for name in manifest["shards"].get(split, [])]
+
+
+def iter_token_ids(cache: Path, split: str) -> Iterator[torch.Tensor]:
+    """Each shard's token ids (prompts and responses, IntTensor[T]), without loading hidden states."""
+    for path in shard_paths(cache, split):
+        yield shard_tensors(path, ("input_ids",))["input_ids"]
+
+
+def iter_samples(cache: Path, split: str) -> Iterator[Sample]:
+    """Every distilled sample of ``split``, shard by shard, in order."""
+    for path in shard_paths(cache, split):
+        tensors = load_file(str(path))
         offsets, prompt_lens = tensors["offsets"].tolist(), tensors["prompt_lens"].tolist()
         for i, prompt_len in enumerate(prompt_lens):
             a, b = offsets[i], offsets[i + 1]
