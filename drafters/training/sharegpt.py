@@ -60,9 +60,12 @@ def first_human_turn(item: dict) -> str | None:
     return None
 
 
-def load_prompts(train: int, heldout: int, seed: int = 0, min_chars: int = 16, max_chars: int = 1500,
+def load_prompts(train: int | None, heldout: int, seed: int = 0, min_chars: int = 16, max_chars: int = 1500,
                  path: Path | None = None) -> PromptSplit:
-    """``heldout`` then ``train`` prompts from a seeded shuffle of the unique, length-filtered ones."""
+    """``heldout`` then ``train`` prompts from a seeded shuffle of the unique, length-filtered ones.
+
+    ``train=None`` takes every prompt after the held-out ones; a larger ``train`` than there are prompts
+    keeps what there is (callers asking for more than they need, to allow for later filtering)."""
     text = Path(path or dataset_file()).read_text(encoding="utf-8")
     read, seen, prompts = 0, set(), []
     items = iter_items(text)
@@ -74,6 +77,7 @@ def load_prompts(train: int, heldout: int, seed: int = 0, min_chars: int = 16, m
             prompts.append(prompt)
     truncated = not text.rstrip().endswith("]")
     random.Random(seed).shuffle(prompts)
-    if heldout + train > len(prompts):
-        raise SpecbenchError(f"asked for {heldout} held-out + {train} training prompts; only {len(prompts)} are usable")
-    return PromptSplit(prompts[heldout : heldout + train], prompts[:heldout], read, truncated, len(prompts))
+    if heldout >= len(prompts):
+        raise SpecbenchError(f"asked for {heldout} held-out prompts; only {len(prompts)} are usable")
+    end = len(prompts) if train is None else heldout + train
+    return PromptSplit(prompts[heldout:end], prompts[:heldout], read, truncated, len(prompts))
