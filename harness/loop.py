@@ -15,18 +15,9 @@ import torch
 from specbench import kv
 from specbench.drafter import DraftContext, Drafter
 from specbench.model import TargetModel
+from specbench.results import Step
 from specbench.timing import StageTimer, wall_clock
 from specbench.verify import verify_greedy
-
-
-@dataclass
-class StepRecord:
-    """One verification step: tree size, deepest proposed depth, tokens emitted (accepted + bonus)."""
-
-    nodes: int
-    depth: int
-    accepted: int
-    stage_ms: dict[str, float] | None = None
 
 
 @dataclass
@@ -34,7 +25,7 @@ class TurnResult:
     """Everything one generated sequence (one turn of one question) records."""
 
     output_ids: list[int]
-    steps: list[StepRecord]
+    steps: list[Step]
     wall_s: float
     prefill_ms: float | None = None
     stopped_at_eos: bool = False
@@ -76,7 +67,7 @@ def generate(
     output = [root]
     buffer[prompt_len] = root
     past = prompt_len  # positions in the KV cache; the root is not among them
-    steps: list[StepRecord] = []
+    steps: list[Step] = []
     done = root in eos or max_new_tokens == 1
 
     while not done:
@@ -102,7 +93,7 @@ def generate(
                 break
         buffer[past + 1 : past + 1 + len(emitted)] = torch.tensor(emitted, dtype=torch.long)
         output.extend(emitted)
-        steps.append(StepRecord(nodes=len(tree), depth=tree.max_depth(), accepted=len(emitted)))
+        steps.append(Step(nodes=len(tree), depth=tree.max_depth(), accepted=len(emitted)))
         past += len(outcome.path)
         root, hidden = outcome.bonus, outcome.hidden
 

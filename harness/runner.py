@@ -27,9 +27,9 @@ from specbench.model import TargetModel, load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.registry import create_drafter, get_drafter_class
-from specbench.results import MANIFEST, answers_path, first_divergence, append_answer, read_answers, read_manifest, write_json
+from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, drafter_order, first_divergence,
+                               read_answers, read_manifest, write_json)
 
-BASELINE = "vanilla"
 WARMUP_TOKENS = 32
 # Settings a resumed run must share with the run it continues (otherwise the numbers would not pair).
 RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype",
@@ -79,7 +79,7 @@ class RunConfig:
 
     def ordered_drafters(self) -> list[str]:
         """Vanilla first (when asked for), then the others in the order given."""
-        return sorted(self.drafters, key=lambda name: name != BASELINE)
+        return drafter_order(self.drafters)
 
 
 def _git_sha() -> str | None:
@@ -125,7 +125,7 @@ class Run:
         self.done = self._prepare_out_dir()
         self.progress = progress
 
-    def _prepare_out_dir(self) -> dict[str, dict]:
+    def _prepare_out_dir(self) -> dict[str, dict[object, Answer]]:
         """Finished records by drafter and question id (empty unless resuming)."""
         existing = sorted((self.out / "answers").glob("*.jsonl")) if (self.out / "answers").is_dir() else []
         if existing and not self.config.resume:
@@ -147,7 +147,7 @@ class Run:
         for name in self.drafter_names:
             path = answers_path(self.out, name)
             records = read_answers(path, drop_partial_tail=True) if path.exists() else []
-            done[name] = {record["question_id"]: record for record in records}
+            done[name] = {record.question_id: record for record in records}
         return done
 
     def pending(self) -> list[Question]:
@@ -175,8 +175,8 @@ class Run:
         live: dict[str, list[float]] = {name: [0, 0.0, 0, 0] for name in drafters}  # tokens, seconds, steps, accepted
         for question in todo:
             vanilla_ids = None
-            if BASELINE in drafters:
-                vanilla_ids = self.done.get(BASELINE, {}).get(question.question_id, {}).get("choices", [{}])[0].get("output_ids")
+            if question.question_id in self.done.get(BASELINE, {}):
+                vanilla_ids = self.done[BASELINE][question.question_id].output_ids
             for name, drafter in drafters.items():
                 if question.question_id in self.done.get(name, {}):
                     bar.update(1)
@@ -184,12 +184,11 @@ class Run:
                 record = self._run_question(question, target, drafter, prompts, vanilla_ids, name)
                 append_answer(answers_path(self.out, name), record)
                 self.done.setdefault(name, {})[question.question_id] = record
-                choice = record["choices"][0]
                 if name == BASELINE:
-                    vanilla_ids = choice["output_ids"]
+                    vanilla_ids = record.output_ids
                 stats = live[name]
-                stats[0] += sum(choice["new_tokens"]); stats[1] += sum(choice["wall_time"])
-                stats[2] += len(choice["accept_lengths"]); stats[3] += sum(choice["accept_lengths"])
+                stats[0] += sum(record.new_tokens); stats[1] += sum(record.wall_time)
+                stats[2] += len(record.accept_lengths); stats[3] += sum(record.accept_lengths)
                 bar.set_postfix_str(" ".join(f"{n}:{s[0] / max(s[1], 1e-9):.1f}tok/s tau={s[3] / max(s[2], 1):.2f}"
                                              for n, s in live.items() if s[2]))
                 bar.update(1)
@@ -197,7 +196,7 @@ class Run:
         return self.out
 
     def _run_question(self, question: Question, target: TargetModel, drafter, prompts: PromptBuilder,
-                      vanilla_ids: list[list[int]] | None, name: str) -> dict:
+                      vanilla_ids: list[list[int]] | None, name: str) -> Answer:
         config = self.config
         answers: list[str] = []
         results: list[TurnResult] = []
@@ -219,28 +218,13 @@ class Run:
             divergence = [None] * len(output_ids)  # the reference itself
         elif vanilla_ids is not None:
             divergence = [first_divergence(ids, ref) for ids, ref in zip(output_ids, vanilla_ids)]
-        return {
-            "question_id": question.question_id,
-            "category": question.category,
-            "answer_id": uuid.uuid4().hex,
-            "model_id": target.name,
-            "tstamp": time.time(),
-            "drafter": name,
-            "choices": [{
-                "index": 0,
-                "turns": answers,
-                "new_tokens": [r.new_tokens for r in results],
-                "wall_time": [r.wall_s for r in results],
-                "decoding_steps": [len(r.steps) for r in results],
-                "accept_lengths": [length for r in results for length in r.accept_lengths],
-                "output_ids": output_ids,
-                "steps": [[asdict(step) for step in r.steps] for r in results],
-                "prefill_ms": [r.prefill_ms for r in results],
-                "wall_time_repeats": repeats_wall,
-            }],
-            "equal_to_vanilla": None if divergence is None else all(d is None for d in divergence),
-            "first_divergence": divergence,
-        }
+        return Answer(
+            question_id=question.question_id, category=question.category, drafter=name, turns=answers,
+            new_tokens=[r.new_tokens for r in results], wall_time=[r.wall_s for r in results],
+            output_ids=output_ids, steps=[r.steps for r in results], prefill_ms=[r.prefill_ms for r in results],
+            wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name,
+            answer_id=uuid.uuid4().hex, tstamp=time.time(),
+        )
 
 
 def _progress_bar(total: int, enabled: bool):

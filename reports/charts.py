@@ -21,8 +21,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from specbench.reports.summary import BASELINE, OVERALL
-from specbench.reports.tables import STAGE_LABELS, STAGE_ORDER, drafter_order
+from specbench.reports.summary import OVERALL
+from specbench.reports.tables import STAGE_LABELS, STAGE_ORDER
+from specbench.results import BASELINE, drafter_order
 
 WIDE, NARROW = 7.0, 3.4
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")

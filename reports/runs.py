@@ -4,7 +4,7 @@ complete and consistent, so a report never silently compares different question 
 A run is *incomplete* when its manifest lists drafters or questions that have no finished record (an
 interrupted run). That is an error unless ``allow_incomplete`` is given; the report then says what is
 missing. A record whose per-turn lists disagree (turn counts, step counts, accept lengths vs steps) is
-*malformed*: always an error, naming the file and question.
+*malformed*: always an error, naming the file and question (`specbench.results.Answer.from_json` checks it).
 """
 
 from __future__ import annotations
@@ -14,17 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.results import ANSWERS, load_run, read_manifest
-
-PER_TURN_KEYS = ("new_tokens", "wall_time", "decoding_steps", "output_ids", "steps")
-
+from specbench.results import ANSWERS, Answer, load_run, read_manifest
 
 @dataclass
 class RunResults:
     """One run directory's records, by drafter, plus its manifest (None when absent) and label."""
 
     path: Path
-    answers: dict[str, list[dict]]
+    answers: dict[str, list[Answer]]
     manifest: dict | None
     label: str = ""
     missing: dict[str, list] = field(default_factory=dict)  # drafter -> question ids without a record
@@ -39,32 +36,9 @@ class RunResults:
         return ((self.manifest or {}).get("config") or {}).get("breakdown")
 
 
-def check_record(path: Path, record: dict) -> None:
-    """Raise `SpecbenchError` when one answer record's per-turn fields disagree with each other."""
-    where = f"{path}: question {record['question_id']}"
-    choice = record["choices"][0]
-    turns = len(choice["turns"])
-    if turns == 0:
-        raise SpecbenchError(f"{where}: no turns")
-    for key in PER_TURN_KEYS:
-        if not isinstance(choice[key], list) or len(choice[key]) != turns:
-            raise SpecbenchError(f"{where}: {key} has {len(choice[key]) if isinstance(choice[key], list) else '?'} "
-                                 f"entries for {turns} turns (incomplete record)")
-    flat = []
-    for t, steps in enumerate(choice["steps"]):
-        if len(steps) != choice["decoding_steps"][t]:
-            raise SpecbenchError(f"{where}: turn {t + 1} has {len(steps)} step records but decoding_steps "
-                                 f"{choice['decoding_steps'][t]}")
-        flat += [step.get("accepted") for step in steps]
-    if flat != list(choice["accept_lengths"]):
-        raise SpecbenchError(f"{where}: accept_lengths disagree with the step records")
-    if any(w is None or w <= 0 for w in choice["wall_time"]) or any(n <= 0 for n in choice["new_tokens"]):
-        raise SpecbenchError(f"{where}: wall_time and new_tokens must be positive")
-
-
-def _missing(answers: dict[str, list[dict]], manifest: dict | None) -> dict[str, list]:
+def _missing(answers: dict[str, list[Answer]], manifest: dict | None) -> dict[str, list]:
     """Question ids each expected drafter lacks (expected: the manifest's lists, else the union of files)."""
-    have = {name: [r["question_id"] for r in records] for name, records in answers.items()}
+    have = {name: [r.question_id for r in records] for name, records in answers.items()}
     union = list(dict.fromkeys(q for ids in have.values() for q in ids))
     expected_q = ((manifest or {}).get("data") or {}).get("questions") or union
     expected_d = ((manifest or {}).get("config") or {}).get("drafters") or list(answers)
@@ -87,10 +61,9 @@ def load_results(folder: Path, allow_incomplete: bool = False) -> RunResults:
         path = folder / ANSWERS / f"{name}.jsonl"
         seen = set()
         for record in records:
-            if record["question_id"] in seen:
-                raise SpecbenchError(f"{path}: question {record['question_id']} appears twice")
-            seen.add(record["question_id"])
-            check_record(path, record)
+            if record.question_id in seen:
+                raise SpecbenchError(f"{path}: question {record.question_id} appears twice")
+            seen.add(record.question_id)
     manifest = read_manifest(folder)
     missing = _missing(answers, manifest)
     if missing and not allow_incomplete:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from specbench import metrics
 from specbench.errors import SpecbenchError
-from specbench.results import SUMMARY, load_run
+from specbench.results import BASELINE, SUMMARY, Answer, drafter_order, load_run
 
 COLUMNS = [
     "drafter", "category", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
@@ -23,38 +23,35 @@ COLUMNS = [
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
 ]
 STAGE_SHARES = ("draft", "transform", "verify", "accept")
-BASELINE = "vanilla"
 OVERALL = "overall"
 
 
-def question_table(runs: dict[str, list[dict]]) -> pd.DataFrame:
+def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
     """One row per (drafter, question): totals over turns, accept lengths and stage totals."""
     rows = []
     for drafter, records in runs.items():
         for record in records:
-            choice = record["choices"][0]
             stages = dict.fromkeys(STAGE_SHARES, 0.0)
             timed = True
-            for turn_steps in choice["steps"]:
-                for step in turn_steps:
-                    if not step.get("stage_ms"):
-                        timed = False
-                        continue
-                    for name in STAGE_SHARES:
-                        stages[name] += step["stage_ms"].get(name, 0.0)
-            prefill = choice.get("prefill_ms") or []
-            timed = timed and len(prefill) == len(choice["turns"]) and all(p is not None for p in prefill)
-            equal = record.get("equal_to_vanilla")
+            for step in (step for turn in record.steps for step in turn):
+                if not step.stage_ms:
+                    timed = False
+                    continue
+                for name in STAGE_SHARES:
+                    stages[name] += step.stage_ms.get(name, 0.0)
+            prefill = record.prefill_ms
+            timed = timed and len(prefill) == len(record.turns) and all(p is not None for p in prefill)
             rows.append(
                 {
                     "drafter": drafter,
-                    "question_id": record["question_id"],
-                    "category": record["category"],
-                    "new_tokens": sum(choice["new_tokens"]),
-                    "wall_s": sum(choice["wall_time"]),
-                    "accept_lengths": choice["accept_lengths"],
-                    "turns": len(choice["turns"]),
-                    "equal_turns": np.nan if equal is None else sum(d is None for d in record["first_divergence"]),
+                    "question_id": record.question_id,
+                    "category": record.category,
+                    "new_tokens": sum(record.new_tokens),
+                    "wall_s": sum(record.wall_time),
+                    "accept_lengths": record.accept_lengths,
+                    "turns": len(record.turns),
+                    "equal_turns": np.nan if record.equal_to_vanilla is None
+                    else sum(d is None for d in record.first_divergence),
                     "prefill_ms": sum(prefill) if timed else np.nan,
                     **{f"{name}_ms": (stages[name] if timed else np.nan) for name in STAGE_SHARES},
                 }
@@ -95,7 +92,7 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
     return row
 
 
-def summarize(runs: dict[str, list[dict]]) -> pd.DataFrame:
+def summarize(runs: dict[str, list[Answer]]) -> pd.DataFrame:
     """The summary table: drafters in run order (vanilla first), categories in file order, then overall."""
     table = question_table(runs)
     if table.empty:
@@ -103,7 +100,7 @@ def summarize(runs: dict[str, list[dict]]) -> pd.DataFrame:
     base_all = table[table["drafter"] == BASELINE][["question_id", "wall_s", "new_tokens"]]
     base = base_all if len(base_all) else None
     categories = list(dict.fromkeys(table["category"]))
-    drafters = sorted(runs, key=lambda name: (name != BASELINE, list(runs).index(name)))
+    drafters = drafter_order(runs)
     out = []
     for drafter in drafters:
         mine = table[table["drafter"] == drafter]

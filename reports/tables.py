@@ -18,7 +18,8 @@ import pandas as pd
 
 from specbench import metrics
 from specbench.reports.runs import RunResults
-from specbench.reports.summary import BASELINE, OVERALL, question_table, summarize
+from specbench.reports.summary import OVERALL, question_table, summarize
+from specbench.results import BASELINE, Answer, drafter_order
 
 SHOWN_DEPTHS = 4  # acceptance columns in the displayed category table (the CSV has every depth)
 STAGE_ORDER = ("verify", "draft", "transform", "accept", "other")
@@ -48,42 +49,23 @@ def pct(value: float) -> str:
     return DASH if value is None or math.isnan(value) else f"{100 * value:.0f}%"
 
 
-def drafter_order(names) -> list[str]:
-    """Vanilla first, then the order given."""
-    names = list(dict.fromkeys(names))
-    return sorted(names, key=lambda name: (name != BASELINE, names.index(name)))
-
-
 # ---- records -> steps and turns ------------------------------------------------------------------------------
-def step_table(answers: dict[str, list[dict]]) -> pd.DataFrame:
+def step_table(answers: dict[str, list[Answer]]) -> pd.DataFrame:
     """One row per verification step: drafter, question_id, category, turn (1-based), accepted, depth, nodes."""
     rows = []
     for drafter, records in answers.items():
         for record in records:
-            for turn, steps in enumerate(record["choices"][0]["steps"], start=1):
-                rows += [(drafter, record["question_id"], record["category"], turn, step["accepted"],
-                          step.get("depth", np.nan), step.get("nodes", np.nan)) for step in steps]
+            for turn, steps in enumerate(record.steps, start=1):
+                rows += [(drafter, record.question_id, record.category, turn, step.accepted,
+                          np.nan if step.depth is None else step.depth, np.nan if step.nodes is None else step.nodes)
+                         for step in steps]
     return pd.DataFrame(rows, columns=["drafter", "question_id", "category", "turn", "accepted", "depth", "nodes"])
 
 
-def turn_answers(answers: dict[str, list[dict]], turn: int) -> dict[str, list[dict]]:
+def turn_answers(answers: dict[str, list[Answer]], turn: int) -> dict[str, list[Answer]]:
     """The same records cut down to one turn (0-based), so `summarize` reports that turn alone."""
-    out: dict[str, list[dict]] = {}
-    for drafter, records in answers.items():
-        for record in records:
-            choice = record["choices"][0]
-            if turn >= len(choice["turns"]):
-                continue
-            one = {key: [choice[key][turn]] for key in ("turns", "new_tokens", "wall_time", "decoding_steps",
-                                                         "output_ids", "steps")}
-            prefill = choice.get("prefill_ms") or []
-            one["prefill_ms"] = [prefill[turn]] if len(prefill) > turn else []
-            one["accept_lengths"] = [step["accepted"] for step in choice["steps"][turn]]
-            divergence = record.get("first_divergence")
-            cut = None if divergence is None else [divergence[turn]]
-            out.setdefault(drafter, []).append({**record, "choices": [one], "first_divergence": cut,
-                                                "equal_to_vanilla": None if cut is None else cut[0] is None})
-    return out
+    return {drafter: [record.turn(turn) for record in records if turn < len(record.turns)]
+            for drafter, records in answers.items()}
 
 
 def acceptance(steps: pd.DataFrame, max_depth: int) -> tuple[list[float], list[float]]:
@@ -102,10 +84,10 @@ def max_depth(steps: pd.DataFrame) -> int:
 
 
 # ---- the category table ----------------------------------------------------------------------------------------
-def category_summary(answers: dict[str, list[dict]]) -> pd.DataFrame:
+def category_summary(answers: dict[str, list[Answer]]) -> pd.DataFrame:
     """`summarize` rows plus per-turn rows, steps, share of steps with a draft, acceptance per depth."""
     summary = summarize(answers)
-    turns = max(len(record["choices"][0]["turns"]) for records in answers.values() for record in records)
+    turns = max(len(record.turns) for records in answers.values() for record in records)
     per_turn = []
     for turn in range(turns):
         rows = summarize(turn_answers(answers, turn))
@@ -232,7 +214,7 @@ def histogram_table(run: RunResults) -> Table | None:
     drafters = [d for d in drafter_order(run.answers) if d != BASELINE]
     if not drafters:
         return None
-    counts = {d: metrics.accept_length_histogram([a for r in run.answers[d] for a in r["choices"][0]["accept_lengths"]])
+    counts = {d: metrics.accept_length_histogram([a for r in run.answers[d] for a in r.accept_lengths])
               for d in drafters}
     lengths = sorted({length for c in counts.values() for length in c})
     totals = {d: max(sum(c.values()), 1) for d, c in counts.items()}

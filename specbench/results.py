@@ -1,5 +1,8 @@
 """Result files (DESIGN section 9): written by the runner, read by resume and by reports.
 
+One question's record is an `Answer` (its steps are `Step`s); every module reads records through it, never
+through the nested JSON. The JSON layout below is what `Answer.to_json` writes and `Answer.from_json` reads.
+
 ``<out>/answers/<drafter>.jsonl``: one line per finished question, a superset of Spec-Bench's answer
 schema (its ``evaluation/speed.py`` and ``equal.py`` read it unchanged)::
 
@@ -18,31 +21,185 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable
 
 from specbench.errors import SpecbenchError
 
 ANSWERS = "answers"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.csv"
+BASELINE = "vanilla"  # the reference every drafter's speedup and ids are compared with
 REQUIRED_CHOICE_KEYS = ("turns", "new_tokens", "wall_time", "decoding_steps", "accept_lengths", "output_ids", "steps")
+# Per-turn lists of a choice, each with one entry per turn.
+PER_TURN_KEYS = ("new_tokens", "wall_time", "decoding_steps", "output_ids", "steps")
+
+
+def drafter_order(names: Iterable[str]) -> list[str]:
+    """Vanilla first, then the order given (duplicates dropped): the order of every table and chart."""
+    names = list(dict.fromkeys(names))
+    return sorted(names, key=lambda name: (name != BASELINE, names.index(name)))
+
+
+@dataclass
+class Step:
+    """One verification step: tree size, deepest proposed depth (None in records that predate it),
+    tokens emitted (accepted drafts + 1 bonus) and, in breakdown runs, milliseconds per stage."""
+
+    nodes: int | None
+    depth: int | None
+    accepted: int
+    stage_ms: dict[str, float] | None = None
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Step":
+        return cls(data.get("nodes"), data.get("depth"), data["accepted"], data.get("stage_ms"))
+
+    def to_json(self) -> dict:
+        return {"nodes": self.nodes, "depth": self.depth, "accepted": self.accepted, "stage_ms": self.stage_ms}
+
+
+@dataclass
+class Answer:
+    """One drafter's record of one question (all its turns): the line of ``answers/<drafter>.jsonl``.
+
+    Per-turn lists have one entry per turn. ``decoding_steps`` and ``accept_lengths`` (Spec-Bench's
+    fields) are derived from ``steps``, so they cannot disagree with it. ``to_json`` writes Spec-Bench's
+    layout (everything per turn under ``choices[0]``); keys this class does not know are kept as they are.
+    """
+
+    question_id: Any
+    category: str
+    drafter: str
+    turns: list[str]                       # answer texts
+    new_tokens: list[int]
+    wall_time: list[float]                 # seconds (median of the repeats)
+    output_ids: list[list[int]]
+    steps: list[list[Step]]
+    prefill_ms: list[float | None] = field(default_factory=list)
+    wall_time_repeats: list[list[float]] = field(default_factory=list)
+    first_divergence: list[int | None] | None = None  # None: not compared with vanilla
+    model_id: str = ""
+    answer_id: str = ""
+    tstamp: float = 0.0
+    extra: dict = field(default_factory=dict)          # unknown top-level keys, kept for round trips
+    choice_extra: dict = field(default_factory=dict)   # unknown keys of choices[0]
+
+    @property
+    def decoding_steps(self) -> list[int]:
+        return [len(turn) for turn in self.steps]
+
+    @property
+    def accept_lengths(self) -> list[int]:
+        """Tokens emitted per step, every turn's steps in order (Spec-Bench's flattened list)."""
+        return [step.accepted for turn in self.steps for step in turn]
+
+    @property
+    def equal_to_vanilla(self) -> bool | None:
+        return None if self.first_divergence is None else all(d is None for d in self.first_divergence)
+
+    def turn(self, index: int) -> "Answer":
+        """The same record cut down to one turn (0-based)."""
+        def one(values: list) -> list:
+            return [values[index]] if len(values) > index else []
+
+        return Answer(self.question_id, self.category, self.drafter, one(self.turns), one(self.new_tokens),
+                      one(self.wall_time), one(self.output_ids), one(self.steps), one(self.prefill_ms),
+                      one(self.wall_time_repeats), None if self.first_divergence is None else one(self.first_divergence),
+                      self.model_id, self.answer_id, self.tstamp, dict(self.extra), dict(self.choice_extra))
+
+    def check(self) -> None:
+        """Raise ValueError when the per-turn fields disagree with each other (an incomplete record)."""
+        where = f"question {self.question_id}"
+        count = len(self.turns)
+        if count == 0:
+            raise ValueError(f"{where}: no turns")
+        for key in ("new_tokens", "wall_time", "output_ids", "steps"):
+            values = getattr(self, key)
+            if len(values) != count:
+                raise ValueError(f"{where}: {key} has {len(values)} entries for {count} turns (incomplete record)")
+        if any(w is None or w <= 0 for w in self.wall_time) or any(n <= 0 for n in self.new_tokens):
+            raise ValueError(f"{where}: wall_time and new_tokens must be positive")
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Answer":
+        """Parse one line's object; KeyError/TypeError/ValueError name what is missing or inconsistent."""
+        choice = data["choices"][0]
+        missing = [key for key in REQUIRED_CHOICE_KEYS if key not in choice]
+        missing += [key for key in ("question_id", "category") if key not in data]
+        if missing:
+            raise KeyError(", ".join(missing))
+        where = f"question {data['question_id']}"
+        for key in PER_TURN_KEYS:
+            if not isinstance(choice[key], list) or len(choice[key]) != len(choice["turns"]):
+                count = len(choice[key]) if isinstance(choice[key], list) else "?"
+                raise ValueError(f"{where}: {key} has {count} entries for {len(choice['turns'])} turns (incomplete record)")
+        steps = [[Step.from_json(step) for step in turn] for turn in choice["steps"]]
+        for t, (turn, count) in enumerate(zip(steps, choice["decoding_steps"])):
+            if len(turn) != count:
+                raise ValueError(f"{where}: turn {t + 1} has {len(turn)} step records but decoding_steps {count}")
+        if [step.accepted for turn in steps for step in turn] != list(choice["accept_lengths"]):
+            raise ValueError(f"{where}: accept_lengths disagree with the step records")
+        known = {"question_id", "category", "drafter", "answer_id", "model_id", "tstamp", "choices",
+                 "equal_to_vanilla", "first_divergence"}
+        known_choice = {"index", "prefill_ms", "wall_time_repeats", *REQUIRED_CHOICE_KEYS}
+        answer = cls(
+            question_id=data["question_id"], category=data["category"], drafter=data.get("drafter", ""),
+            turns=list(choice["turns"]), new_tokens=list(choice["new_tokens"]), wall_time=list(choice["wall_time"]),
+            output_ids=[list(ids) for ids in choice["output_ids"]], steps=steps,
+            prefill_ms=list(choice.get("prefill_ms") or []), wall_time_repeats=list(choice.get("wall_time_repeats") or []),
+            first_divergence=data.get("first_divergence"), model_id=data.get("model_id", ""),
+            answer_id=data.get("answer_id", ""), tstamp=data.get("tstamp", 0.0),
+            extra={k: v for k, v in data.items() if k not in known},
+            choice_extra={k: v for k, v in choice.items() if k not in known_choice},
+        )
+        answer.check()
+        return answer
+
+    def to_json(self) -> dict:
+        """Spec-Bench's answer layout plus specbench's fields (DESIGN section 9)."""
+        return {
+            "question_id": self.question_id,
+            "category": self.category,
+            "answer_id": self.answer_id,
+            "model_id": self.model_id,
+            "tstamp": self.tstamp,
+            "drafter": self.drafter,
+            "choices": [{
+                "index": 0,
+                "turns": self.turns,
+                "new_tokens": self.new_tokens,
+                "wall_time": self.wall_time,
+                "decoding_steps": self.decoding_steps,
+                "accept_lengths": self.accept_lengths,
+                "output_ids": self.output_ids,
+                "steps": [[step.to_json() for step in turn] for turn in self.steps],
+                "prefill_ms": self.prefill_ms,
+                "wall_time_repeats": self.wall_time_repeats,
+                **self.choice_extra,
+            }],
+            "equal_to_vanilla": self.equal_to_vanilla,
+            "first_divergence": self.first_divergence,
+            **self.extra,
+        }
 
 
 def answers_path(out: Path, drafter: str) -> Path:
     return Path(out) / ANSWERS / f"{drafter}.jsonl"
 
 
-def append_answer(path: Path, record: dict) -> None:
+def append_answer(path: Path, answer: Answer) -> None:
     """Append one finished question and force it to disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        handle.write(json.dumps(answer.to_json(), separators=(",", ":")) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
 
-def read_answers(path: Path, drop_partial_tail: bool = False) -> list[dict]:
-    """Parse an answers file; a malformed line raises `SpecbenchError` naming file and line.
+def read_answers(path: Path, drop_partial_tail: bool = False) -> list[Answer]:
+    """Parse an answers file; a malformed or inconsistent line raises `SpecbenchError` naming file and line.
 
     With ``drop_partial_tail`` a last line without its newline (a write cut short by a kill) is ignored
     and removed, so a resumed run appends after the last complete question.
@@ -57,18 +214,13 @@ def read_answers(path: Path, drop_partial_tail: bool = False) -> list[dict]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            choice = record["choices"][0]
-            missing = [key for key in REQUIRED_CHOICE_KEYS if key not in choice]
-            if missing or "question_id" not in record or "category" not in record:
-                raise KeyError(", ".join(missing) or "question_id/category")
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            records.append(Answer.from_json(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise SpecbenchError(f"{path}:{number}: malformed answer record ({exc})") from None
-        records.append(record)
     return records
 
 
-def load_run(out: Path) -> dict[str, list[dict]]:
+def load_run(out: Path) -> dict[str, list[Answer]]:
     """Every drafter's answer records in a run directory, by drafter name (file stem)."""
     folder = Path(out) / ANSWERS
     if not folder.is_dir():

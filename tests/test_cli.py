@@ -96,21 +96,20 @@ def test_mt_bench_run_end_to_end_then_resume(tmp_path, default_model_available):
     runs = load_run(out)
     assert set(runs) == {"vanilla", "ngram"}
     for name, records in runs.items():
-        assert [r["category"] for r in records] == ["writing", "coding"]
+        assert [r.category for r in records] == ["writing", "coding"]
         for record in records:
-            choice = record["choices"][0]
-            assert len(choice["turns"]) == len(choice["output_ids"]) == 2  # both MT-bench turns
-            assert sum(choice["accept_lengths"]) + len(choice["output_ids"]) == sum(choice["new_tokens"])
-            assert all(len(ids) == n for ids, n in zip(choice["output_ids"], choice["new_tokens"]))
-            assert record["equal_to_vanilla"] is True
+            assert len(record.turns) == len(record.output_ids) == 2  # both MT-bench turns
+            assert sum(record.accept_lengths) + len(record.output_ids) == sum(record.new_tokens)
+            assert all(len(ids) == n for ids, n in zip(record.output_ids, record.new_tokens))
+            assert record.equal_to_vanilla is True
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["max_new_tokens"] == 24 and manifest["data"]["sha256"]
     summary = pd.read_csv(out / "summary.csv")
     assert list(summary["category"]) == ["writing", "coding", "overall"] * 2
     assert list(summary["drafter"][:3]) == ["vanilla"] * 3  # baseline first whatever the order asked
     overall = summary[summary.category == "overall"].set_index("drafter")
-    tokens = sum(sum(r["choices"][0]["new_tokens"]) for r in runs["ngram"])
-    steps = [n for r in runs["ngram"] for n in r["choices"][0]["accept_lengths"]]
+    tokens = sum(sum(r.new_tokens) for r in runs["ngram"])
+    steps = [n for r in runs["ngram"] for n in r.accept_lengths]
     assert overall.loc["ngram", "new_tokens"] == tokens
     assert overall.loc["ngram", "tau"] == pytest.approx(sum(steps) / len(steps), rel=1e-5)
     assert overall.loc["ngram", "equal_to_vanilla"] == 1.0

@@ -150,7 +150,7 @@ def test_fixture_records_are_consistent(run_dir):
     assert list(runs) == ["ngram", "vanilla"]  # files in sorted order
     for records in runs.values():
         for record in records:
-            choice = record["choices"][0]
+            choice = record.to_json()["choices"][0]
             flat = []
             for t, ids in enumerate(choice["output_ids"]):
                 lengths = [step["accepted"] for step in choice["steps"][t]]
@@ -158,9 +158,9 @@ def test_fixture_records_are_consistent(run_dir):
                 assert choice["decoding_steps"][t] == len(lengths)
                 flat += lengths
             assert flat == choice["accept_lengths"]
-    ngram = {r["question_id"]: r for r in runs["ngram"]}
-    assert ngram[112]["first_divergence"] == [None, 2] and ngram[112]["equal_to_vanilla"] is False
-    assert all(ngram[q]["equal_to_vanilla"] for q in (81, 82, 111))
+    ngram = {r.question_id: r for r in runs["ngram"]}
+    assert ngram[112].first_divergence == [None, 2] and ngram[112].equal_to_vanilla is False
+    assert all(ngram[q].equal_to_vanilla for q in (81, 82, 111))
 
 
 # ---- summary.csv -------------------------------------------------------------------------------------------
@@ -411,7 +411,7 @@ def test_drop_partial_tail_removes_an_unterminated_last_line(tmp_path):
     with pytest.raises(SpecbenchError, match=r":3: "):
         read_answers(path)  # without the flag the half line is an error
     records = read_answers(path, drop_partial_tail=True)
-    assert [r["question_id"] for r in records] == [81, 82]
+    assert [r.question_id for r in records] == [81, 82]
     assert path.read_text() == complete  # the half line is gone from the file, the rest untouched
     assert read_answers(path) == records
 
@@ -420,7 +420,7 @@ def test_drop_partial_tail_drops_even_a_parseable_unterminated_line(tmp_path):
     path = tmp_path / "ngram.jsonl"
     lines = good_lines()
     path.write_text(lines[0] + "\n" + lines[1])
-    assert [r["question_id"] for r in read_answers(path, drop_partial_tail=True)] == [81]
+    assert [r.question_id for r in read_answers(path, drop_partial_tail=True)] == [81]
     assert path.read_text() == lines[0] + "\n"
 
 
