@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specbench.checkpoint import load_checkpoint
+from specbench.checkpoint import load_checkpoint, trained_for
 from specbench.drafter import Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
-from specbench.errors import SpecbenchError
+from specbench.errors import DrafterOptionError, SpecbenchError
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
@@ -20,10 +20,11 @@ CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 def default_checkpoint(method: str, target: TargetHandle) -> Path:
     """The shipped checkpoint of ``method`` for ``target`` (matched by the recipe's method and the
     weights' hash in the file name), if there is one."""
-    if target.sha256:
-        for recipe in sorted(CHECKPOINTS.glob(f"{method}-*{target.sha256[:16]}.json")):
-            if json.loads(recipe.read_text(encoding="utf-8")).get("method") == method:
-                return recipe.with_name(recipe.name.removesuffix(".json"))
+    pattern = f"{method}-*{target.sha256[:16]}.json" if target.sha256 else f"{method}-*.json"
+    for path in sorted(CHECKPOINTS.glob(pattern)):
+        recipe = json.loads(path.read_text(encoding="utf-8"))
+        if recipe.get("method") == method and trained_for(recipe, target):
+            return path.with_name(path.name.removesuffix(".json"))
     raise SpecbenchError(
         f"no shipped {method} checkpoint for target {target.name}; train one with "
         f"`specbench train {method} --model ...` and pass --drafter-option {method}.checkpoint=PATH"
@@ -44,7 +45,7 @@ class CheckpointDrafter(Drafter):
     def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None) -> None:
         super().__init__()
         if draft_vocab is not None and (not isinstance(draft_vocab, int) or draft_vocab < 0):
-            raise SpecbenchError(f"{self.method}.draft_vocab must be 0 (the full vocabulary) or a token count")
+            raise DrafterOptionError(f"draft_vocab must be 0 (the full vocabulary) or a token count, got {draft_vocab!r}")
         self.checkpoint = checkpoint
         self.draft_vocab = draft_vocab
         self.module: nn.Module | None = None
@@ -62,7 +63,7 @@ class CheckpointDrafter(Drafter):
         """Forget per-sequence state."""
 
     def reset(self, target: TargetHandle) -> None:
-        key = f"{target.name}:{target.sha256}:{target.device}:{target.dtype}"
+        key = f"{target.name}:{target.sha256}:{target.fingerprint}:{target.device}:{target.dtype}"
         if self._loaded_for != key:
             stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
             state, recipe = load_checkpoint(stem, target)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from specbench.drafter import DraftContext, TargetHandle
+from specbench.errors import DrafterOptionError
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
@@ -29,7 +30,8 @@ class CTCDrafter(CheckpointDrafter):
                  draft_vocab: int | None = None) -> None:
         super().__init__(checkpoint, draft_vocab)
         if top_k < 1 or beam < 1 or not 0.0 <= min_prob < 1.0:
-            raise ValueError("ctc needs top_k >= 1, beam >= 1 and 0 <= min_prob < 1")
+            raise DrafterOptionError(f"needs top_k >= 1, beam >= 1 and 0 <= min_prob < 1, got top_k={top_k}, "
+                                     f"beam={beam}, min_prob={min_prob}")
         self.top_k, self.beam, self.min_prob = top_k, beam, min_prob
         self.context = ContextCache()
 

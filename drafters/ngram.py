@@ -14,6 +14,7 @@ unigram matches raised tau slightly but lost more in verify time (docs/performan
 from __future__ import annotations
 
 from specbench.drafter import DraftContext, Drafter, TargetHandle
+from specbench.errors import DrafterOptionError
 from specbench.tree import DraftTree
 
 
@@ -28,9 +29,9 @@ class NgramDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2, max_depth: int = 4, max_candidates: int = 1) -> None:
         super().__init__()
         if not 1 <= min_ngram <= max_ngram:
-            raise TypeError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
+            raise DrafterOptionError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
         if max_depth < 1 or max_candidates < 1:
-            raise TypeError("max_depth and max_candidates must be at least 1")
+            raise DrafterOptionError("max_depth and max_candidates must be at least 1")
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.max_depth, self.max_candidates = max_depth, max_candidates
         self._tokens: list[int] = []

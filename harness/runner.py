@@ -23,10 +23,10 @@ import torch
 from specbench import __version__
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import TurnResult, generate
-from specbench.model import TargetModel, load_target
+from specbench.model import TargetModel, check_device, load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
-from specbench.registry import create_drafter, get_drafter_class
+from specbench.registry import available_drafters, create_drafter, get_drafter_class
 from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, drafter_order, first_divergence,
                                read_answers, read_manifest, write_json)
 
@@ -49,7 +49,7 @@ class RunConfig:
     max_new_tokens: int = 128
     tree_budget: int = 16
     repeats: int = 1
-    breakdown: bool = False
+    breakdown: bool = True
     device: str = "cpu"
     dtype: str = "float32"
     template: str | None = None
@@ -59,8 +59,14 @@ class RunConfig:
     resume: bool = False
     drafter_options: dict[str, dict] = field(default_factory=dict)
 
-    def check(self) -> None:
-        """Reject impossible settings before anything is loaded."""
+    def __post_init__(self) -> None:
+        if isinstance(self.drafters, str):
+            self.drafters = [name.strip() for name in self.drafters.split(",") if name.strip()]
+        if list(self.drafters) == ["all"]:
+            self.drafters = list(available_drafters())
+
+    def check(self, model_given: bool = False) -> None:
+        """Reject impossible settings before anything is loaded (``model_given``: an in-memory model)."""
         for name, value, low in (("--max-new-tokens", self.max_new_tokens, 1), ("--tree-budget", self.tree_budget, 1),
                                  ("--repeats", self.repeats, 1), ("--limit", self.limit, 1), ("--threads", self.threads, 1)):
             if value is not None and value < low:
@@ -72,10 +78,12 @@ class RunConfig:
             raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
         for name in self.drafters:
             get_drafter_class(name)  # unknown names fail here, listing the known ones
-        if self.model != "default" and not Path(self.model).expanduser().exists():
+        unknown = sorted(set(self.drafter_options) - set(self.drafters))
+        if unknown:
+            raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
+        if not model_given and self.model != "default" and not Path(self.model).expanduser().exists():
             raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, or 'default')")
-        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise SpecbenchError(f"--device must be cpu or cuda, got {self.device!r}")
+        check_device(self.device)
 
     def ordered_drafters(self) -> list[str]:
         """Vanilla first (when asked for), then the others in the order given."""
@@ -101,7 +109,9 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": asdict(config),
         "model": {"name": target.name, "path": str(target.source.path) if target.source else None,
-                  "sha256": target.source.sha256 if target.source else None, "architecture": type(target.model).__name__,
+                  "sha256": target.source.sha256 if target.source else None,
+                  "fingerprint": target.handle.fingerprint, "in_memory": target.source is None,
+                  "architecture": type(target.model).__name__,
                   "parameters": sum(p.numel() for p in target.model.parameters())},
         "data": {"path": str(bench_path), "sha256": file_hash(bench_path), "questions": [q.question_id for q in questions]},
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
@@ -115,18 +125,27 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
 class Run:
     """One benchmark run in one output directory."""
 
-    def __init__(self, config: RunConfig, progress: bool = True) -> None:
-        config.check()
+    def __init__(self, config: RunConfig, progress: bool = True, target: TargetModel | None = None) -> None:
+        config.check(model_given=target is not None)
+        self.target = target
         self.config = config
         self.out = Path(config.out)
         self.drafter_names = config.ordered_drafters()
         self.bench_path = resolve_bench(config.bench)
         self.questions = select_questions(load_questions(self.bench_path), config.categories, config.limit)
+        # Built before the model loads, so a bad drafter option stops the run at once.
+        self.drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in self.drafter_names}
         self.done = self._prepare_out_dir()
         self.progress = progress
 
     def _prepare_out_dir(self) -> dict[str, dict[object, Answer]]:
         """Finished records by drafter and question id (empty unless resuming)."""
+        if self.out.exists() and not self.out.is_dir():
+            raise SpecbenchError(f"--out {self.out} is a file, not a directory; choose another --out")
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecbenchError(f"cannot create --out {self.out}: {exc.strerror}") from None
         existing = sorted((self.out / "answers").glob("*.jsonl")) if (self.out / "answers").is_dir() else []
         if existing and not self.config.resume:
             raise SpecbenchError(f"{self.out} already holds results; pass --resume to continue it, or choose another --out")
@@ -158,10 +177,9 @@ class Run:
         torch.manual_seed(config.seed)
         if config.threads:
             torch.set_num_threads(config.threads)
-        target = target or load_target(config.model, config.device, config.dtype)
+        target = target or self.target or load_target(config.model, config.device, config.dtype)
         prompts = PromptBuilder(target.tokenizer, config.template)
-        drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in self.drafter_names}
-        self.out.mkdir(parents=True, exist_ok=True)
+        drafters = self.drafters
         if read_manifest(self.out) is None or not config.resume:
             write_json(self.out / MANIFEST, build_manifest(config, target, self.bench_path, self.questions))
 

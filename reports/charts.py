@@ -139,11 +139,16 @@ def breakdown_pies(breakdown: pd.DataFrame) -> Figure:
     """One pie per drafter: the paper's four parts of decode time (accept, i.e. compare + KV commit, folded into
     other), each with its own legend of percentages."""
     n = len(breakdown)
-    cols = min(n, 4)
+    cols = 3 if n in (5, 6) else min(n, 4)  # full rows where possible, 4 per row at most
     rows = -(-n // cols)
-    fig = _figure(max(NARROW, PIE_WIDTH * cols), 2.35 * rows)  # pies stay close together, 4 per row at most
+    fig = _figure(max(NARROW, PIE_WIDTH * cols), 2.6 * rows)
+    # Each cell is a pie above its own legend's axes, so the layout engine keeps a legend clear of the
+    # next row's titles (a legend hung below a pie's axes overlapped them).
+    cells = fig.add_gridspec(rows, cols)
     for i, (_, row) in enumerate(breakdown.iterrows()):
-        ax = fig.add_subplot(rows, cols, i + 1)
+        cell = cells[i // cols, i % cols].subgridspec(2, 1, height_ratios=[1.0, 0.5], hspace=0.0)
+        ax, legend_ax = fig.add_subplot(cell[0]), fig.add_subplot(cell[1])
+        legend_ax.axis("off")
         shares = [sum(max(row[f"{s}_share"], 0.0) for s in parts) for parts in PIE_PARTS.values()]
         wedges, _ = ax.pie(shares, colors=[STAGE_COLOURS[p] for p in PIE_PARTS], startangle=90, counterclock=False,
                            wedgeprops={"linewidth": 0.8, "edgecolor": "white"})
@@ -153,8 +158,8 @@ def breakdown_pies(breakdown: pd.DataFrame) -> Figure:
                 ax.text(0.62 * np.cos(angle), 0.62 * np.sin(angle), f"{100 * share:.0f}%", ha="center",
                         va="center", fontsize=7, color=PIE_TEXT[part])
         ax.set_title(f"{row['drafter']}\n{row['decode_ms_per_token']:.1f} ms/token", pad=2)
-        ax.legend(wedges, [f"{PIE_LABELS[p]} {100 * s:.1f}%" for p, s in zip(PIE_PARTS, shares)], loc="upper center",
-                  bbox_to_anchor=(0.5, 0.0), fontsize=6.5, handlelength=1, borderaxespad=0)
+        legend_ax.legend(wedges, [f"{PIE_LABELS[p]} {100 * s:.1f}%" for p, s in zip(PIE_PARTS, shares)],
+                         loc="upper center", fontsize=6.5, handlelength=1, borderaxespad=0, frameon=False)
         ax.set_aspect("equal")
     return fig
 

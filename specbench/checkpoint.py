@@ -38,8 +38,19 @@ def save_checkpoint(stem: Path, state: dict[str, torch.Tensor], recipe: dict,
 
 def target_identity(target: TargetHandle) -> dict:
     """What a recipe records about the target it was trained for."""
-    return {"name": target.name, "sha256": target.sha256, "hidden_size": target.config.hidden_size,
-            "vocab_size": target.config.vocab_size}
+    return {"name": target.name, "sha256": target.sha256, "fingerprint": target.fingerprint,
+            "hidden_size": target.config.hidden_size, "vocab_size": target.config.vocab_size}
+
+
+def trained_for(recipe: dict, target: TargetHandle) -> bool:
+    """Whether a recipe's target is ``target``: same shapes, and the same source hash when both sides have
+    one, else the same weights fingerprint (an in-memory model has no source file to hash)."""
+    recorded, mine = recipe.get("target", {}), target_identity(target)
+    if any(recorded.get(key) != mine[key] for key in ("hidden_size", "vocab_size")):
+        return False
+    if recorded.get("sha256") and mine["sha256"]:
+        return recorded["sha256"] == mine["sha256"]
+    return bool(recorded.get("fingerprint")) and recorded.get("fingerprint") == mine["fingerprint"]
 
 
 def load_checkpoint(stem: Path, target: TargetHandle) -> tuple[dict, dict]:
@@ -49,12 +60,12 @@ def load_checkpoint(stem: Path, target: TargetHandle) -> tuple[dict, dict]:
     if not weights.exists() or not recipe_path.exists():
         raise SpecbenchError(f"checkpoint {stem} needs both {weights.name} and {recipe_path.name}")
     recipe = json.loads(recipe_path.read_text(encoding="utf-8"))
-    trained_for = recipe.get("target", {})
-    mine = target_identity(target)
-    if any(trained_for.get(key) != mine[key] for key in mine if key != "name"):
+    if not trained_for(recipe, target):
+        recorded, mine = recipe.get("target", {}), target_identity(target)
         raise SpecbenchError(
-            f"checkpoint {stem.name} was trained for target {trained_for.get('name')} "
-            f"(sha256 {str(trained_for.get('sha256'))[:12]}), not {mine['name']} (sha256 {str(mine['sha256'])[:12]}); "
+            f"checkpoint {stem.name} was trained for target {recorded.get('name')} "
+            f"(sha256 {str(recorded.get('sha256'))[:12]}), not {mine['name']} "
+            f"(sha256 {str(mine['sha256'])[:12]}, weights {str(mine['fingerprint'])[:12]}); "
             f"train one for this model with `specbench train`"
         )
     return load_file(str(weights)), recipe

@@ -14,6 +14,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
+from specbench.errors import DrafterOptionError
 from specbench.tree import DraftTree
 from specbench.verify import VerifyOutcome
 
@@ -32,7 +33,8 @@ class TargetHandle:
     device: torch.device
     dtype: torch.dtype
     name: str = ""
-    sha256: str | None = None  # identity of the weights (GGUF file hash or directory fingerprint)
+    sha256: str | None = None  # identity of the weights' source (GGUF file hash or directory fingerprint)
+    fingerprint: str | None = None  # identity of the weights themselves (`specbench.model.weights_fingerprint`)
 
 
 @dataclass
@@ -75,7 +77,7 @@ class Drafter:
     def __init__(self, **options: Any) -> None:
         if options:
             unknown = ", ".join(sorted(options))
-            raise TypeError(f"{type(self).__name__} takes no options, got: {unknown}")
+            raise DrafterOptionError(f"{type(self).__name__} takes no options, got: {unknown}")
 
     def reset(self, target: TargetHandle) -> None:
         """Forget per-sequence state; called before each sequence."""

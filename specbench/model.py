@@ -55,6 +55,21 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def weights_fingerprint(model: torch.nn.Module, sample: int = 1024) -> str:
+    """Identity of an in-memory model's weights: sha256 over every parameter's name, shape and first
+    ``sample`` values rounded to bfloat16 (so a float32 and a bfloat16 copy of the same weights agree;
+    a float16 copy may not). Cheap (a few hundred KB hashed whatever the model size) and enough to tell
+    a fine-tune from its base; it is an identity check, not a security one."""
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, tensor in sorted(model.state_dict().items()):
+            digest.update(f"{name}:{tuple(tensor.shape)};".encode())
+            if tensor.is_floating_point():
+                head = tensor.detach().reshape(-1)[:sample].to("cpu", torch.bfloat16).view(torch.int16)
+                digest.update(head.numpy().tobytes())
+    return digest.hexdigest()
+
+
 def directory_fingerprint(folder: Path) -> str:
     """Hash of a model directory's config and its weight files' names and sizes (cheap, stable)."""
     digest = hashlib.sha256()
@@ -142,8 +157,9 @@ class TargetModel:
             config=model.config,
             device=self.device,
             dtype=self.dtype,
-            name=source.name if source else getattr(model.config, "name_or_path", ""),
+            name=source.name if source else str(getattr(model.config, "name_or_path", "") or type(model).__name__),
             sha256=source.sha256 if source else None,
+            fingerprint=weights_fingerprint(model),
         )
         self.eos_ids = _eos_ids(model, tokenizer)
         windows = getattr(self.config, "layer_types", None) or []
@@ -223,6 +239,19 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return ids
 
 
+def check_device(device: str) -> None:
+    """``cpu``, ``cuda`` or ``cuda:N`` for a device torch can see; anything else is a one-line error."""
+    if device == "cpu":
+        return
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise SpecbenchError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if not torch.cuda.is_available():
+        raise SpecbenchError(f"--device {device}: torch sees no CUDA device (torch {torch.__version__})")
+    index = int(device[5:]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise SpecbenchError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+
+
 def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> TargetModel:
     """Load ``spec`` (``default``, a model directory, or a .gguf file) on ``device`` in ``dtype``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -231,8 +260,7 @@ def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "fl
     hf_logging.disable_progress_bar()  # the converted copy loads in well under a second
     if dtype not in DTYPES:
         raise SpecbenchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecbenchError("--device cuda was asked for but torch sees no CUDA device")
+    check_device(device)
     source = resolve_model(spec)
     folder = converted_copy(source) if source.path.is_file() else source.path
     tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -13,7 +13,7 @@ from importlib.metadata import entry_points
 from typing import Callable, TypeVar
 
 from specbench.drafter import Drafter
-from specbench.errors import SpecbenchError
+from specbench.errors import DrafterOptionError, SpecbenchError
 
 ENTRY_POINT_GROUP = "specbench.drafters"
 
@@ -99,5 +99,7 @@ def create_drafter(name: str, **options) -> Drafter:
     cls = get_drafter_class(name)
     try:
         return cls(**options)
-    except TypeError as exc:
-        raise SpecbenchError(f"drafter {name!r}: {exc}") from exc
+    except DrafterOptionError as exc:
+        raise DrafterOptionError(f"drafter {name!r}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # an unknown keyword or a wrong type, from any drafter
+        raise DrafterOptionError(f"drafter {name!r}: {exc}") from None

@@ -49,11 +49,63 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "ctc", "--anchors-per-sample", "-1"], ["--anchors-per-sample"]),
         (["train", "ctc", "--num-slots", "0"], ["--num-slots must be at least 1"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
+        (["run", "--drafters", "ctc", "--drafter-option", "ctc.top_k=0"], ["drafter 'ctc'", "top_k >= 1"]),
+        (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),
+        (["run", "--drafters", "ngram", "--drafter-option", "ngram.nosuch=1"], ["drafter 'ngram'", "nosuch"]),
+        (["run", "--drafters", "hydra", "--drafter-option", "hydra.draft_vocab=-5"], ["drafter 'hydra'", "draft_vocab"]),
+        (["run", "--drafters", "vanilla", "--drafter-option", "vanilla.depth=3"], ["drafter 'vanilla'", "takes no options"]),
+        (["run", "--drafters", "ngram", "--drafter-option", "hydra.top_k=3"], ["not in --drafters: hydra"]),
+        (["run", "--device", "tpu"], ["--device must be cpu, cuda or cuda:N"]),
+        (["run", "--device", "cuda:x"], ["--device must be"]),
+        (["distill", "--train", "lots"], ["expected a number or 'all'"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):
     assert_one_line_error(run_cli(*args, "--out", str(tmp_path / "o")) if args[0] == "run" else run_cli(*args),
                           *fragments)
+
+
+def test_out_that_is_a_file_is_one_line_before_loading_anything(tmp_path):
+    existing = tmp_path / "results.txt"
+    existing.write_text("keep me")
+    result = run_cli("run", "--drafters", "vanilla", "--out", str(existing))
+    assert_one_line_error(result, "is a file, not a directory")
+    assert existing.read_text() == "keep me"
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_a_cuda_device_is_one_line(tmp_path):
+    assert_one_line_error(run_cli("run", "--device", "cuda", "--out", str(tmp_path / "o")), "torch sees no CUDA device")
+
+
+def test_version_overview_and_python_dash_m():
+    from specbench import __version__
+
+    version = subprocess.run([sys.executable, "-m", "specbench", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.strip() == f"specbench {__version__}"
+    for args in ([], ["-h"]):
+        shown = subprocess.run([sys.executable, "-m", "specbench", *args], capture_output=True, text=True)
+        assert shown.returncode == 0, shown.stderr
+        for name in ("run", "report", "export", "list-drafters", "distill", "train"):
+            assert f"\n  {name} " in shown.stdout and f"specbench {name}" in shown.stdout  # described, with an example
+
+
+def test_every_flag_has_help_and_shows_its_default():
+    import argparse
+
+    from specbench.harness.cli import _Help, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        assert "example: specbench" in sub.format_help(), name
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+            shown = _Help(name)._get_help_string(action)
+            if action.option_strings and action.default not in (None, False, []):
+                assert "default" in shown, f"{name} {action.option_strings} hides its default"
 
 
 def test_missing_data_directory_names_the_variable(tmp_path):
