@@ -221,14 +221,17 @@ def read_answers(path: Path, drop_partial_tail: bool = False) -> list[Answer]:
 
 
 def load_run(out: Path) -> dict[str, list[Answer]]:
-    """Every drafter's answer records in a run directory, by drafter name (file stem)."""
+    """Every drafter's answer records in a run directory, by drafter name (file stem), in the run's
+    order (the manifest's ``--drafters``, vanilla first), files the manifest does not name last."""
     folder = Path(out) / ANSWERS
     if not folder.is_dir():
         raise SpecbenchError(f"{out} holds no {ANSWERS}/ folder: not a specbench run directory")
     runs = {path.stem: read_answers(path) for path in sorted(folder.glob("*.jsonl"))}
     if not runs:
         raise SpecbenchError(f"{folder} holds no answer files")
-    return runs
+    listed = ((read_manifest(out) or {}).get("config") or {}).get("drafters") or []
+    order = drafter_order([name for name in listed if name in runs] + list(runs))
+    return {name: runs[name] for name in order}
 
 
 def read_manifest(out: Path) -> dict | None:
