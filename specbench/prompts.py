@@ -12,13 +12,22 @@ from typing import Sequence
 from specbench.errors import SpecbenchError
 
 
+def fastchat_conversation():
+    """FastChat's conversation module: an optional dependency, needed only for ``--template``."""
+    try:
+        from fastchat import conversation
+    except ImportError:
+        raise SpecbenchError("--template needs FastChat's conversation templates: "
+                             "pip install 'specbench[fastchat]' (or pip install fschat)") from None
+    return conversation
+
+
 class PromptBuilder:
     def __init__(self, tokenizer, template: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.template = template
         if template is not None:
-            from fastchat.conversation import conv_templates
-
+            conv_templates = fastchat_conversation().conv_templates
             if template not in conv_templates:
                 raise SpecbenchError(f"unknown FastChat template {template!r}; e.g. vicuna_v1.1, llama-2, chatml")
         elif not getattr(tokenizer, "chat_template", None):
@@ -36,9 +45,7 @@ class PromptBuilder:
                     messages.append({"role": "assistant", "content": answers[i]})
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
             return list(ids)
-        from fastchat.conversation import get_conv_template
-
-        conv = get_conv_template(self.template)
+        conv = fastchat_conversation().get_conv_template(self.template)
         for i, question in enumerate(questions):
             conv.append_message(conv.roles[0], question)
             conv.append_message(conv.roles[1], answers[i] if i < len(answers) else None)

@@ -625,3 +625,33 @@ def test_display_table_matches_numbers(mt_run):
     assert list(table.display.columns)[8:] == ["α1", "α2", "α3", "α4"]
     vanilla = table.display[table.display["Drafter"] == "vanilla"].iloc[0]
     assert vanilla["Speedup [95% CI]"] == "1.00 (ref)" and vanilla["α1"] == "–"
+
+
+def test_report_command_imports_no_torch(mt_run, tmp_path):
+    """`specbench report` reads files only: with torch and transformers unimportable it still works."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n"
+            "from specbench.harness.cli import main\n"
+            f"sys.exit(main(['report', {str(mt_run)!r}, '--out', {str(tmp_path / 'r')!r}, '--charts', 'png']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "r" / "report.md").exists()
+
+
+@pytest.mark.parametrize("drafters", [1, 2, 4, 5, 6, 7])
+def test_pie_grid_keeps_legends_clear_of_titles(drafters):
+    """No pie legend overlaps another pie's title (five drafters used to put row 1's legends on row 2's titles)."""
+    from specbench.reports.charts import breakdown_pies
+
+    rows = [{"drafter": f"d{i}", "decode_ms_per_token": 30.0, "draft_share": 0.1, "transform_share": 0.05,
+             "verify_share": 0.7, "accept_share": 0.05, "other_share": 0.1} for i in range(drafters)]
+    fig = breakdown_pies(pd.DataFrame(rows))
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+    legends = [ax.get_legend().get_window_extent(renderer) for ax in fig.axes if ax.get_legend() is not None]
+    assert len(titles) == len(legends) == drafters
+    for legend in legends:
+        assert not any(legend.overlaps(title) for title in titles)
