@@ -65,3 +65,12 @@ class DraftVocab:
     def token_ids(self, indices: torch.Tensor) -> torch.Tensor:
         """Indices into the drafter's vocabulary -> the target's token ids (same shape)."""
         return indices if self.ids is None else self.ids[indices]
+
+    def label_indices(self, labels: torch.Tensor, ignore: int) -> torch.Tensor:
+        """Target token ids -> indices into the drafter's vocabulary (same shape); ids outside the cut
+        and ``ignore`` entries become ``ignore`` (training skips what the drafter could never propose)."""
+        if self.ids is None:
+            return labels
+        lookup = torch.full((self.lm_head.weight.shape[0],), ignore, dtype=torch.long, device=labels.device)
+        lookup[self.ids.to(labels.device)] = torch.arange(len(self.ids), device=labels.device)
+        return torch.where(labels == ignore, labels, lookup[labels.clamp(min=0)])

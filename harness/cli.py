@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--shard-size", type=int, default=64, help="prompts per cache file (the unit of resuming)")
     distill.add_argument("--seed", type=int, default=0, help="prompt shuffle seed")
     distill.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    distill.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the target's forwards)")
+    distill.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                         help="the target's dtype while generating (hidden states are stored as float16)")
     distill.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
     distill.add_argument("--no-progress", action="store_true", help="no progress bar")
     distill.add_argument("--tokens-only", action="store_true",
@@ -184,6 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-train-samples", type=int, default=None, help="ctc: use the first N training samples")
     train.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    train.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                       help="bfloat16: autocast forward with float32 master weights (for GPUs)")
+    train.add_argument("--train-vocab", type=int, default=0,
+                       help="medusa, hydra: score only the N most frequent tokens while training (0: all)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     report = command("report")
@@ -262,7 +270,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     from specbench.drafters.training.distill import DistillConfig, run_distill
     from specbench.drafters.training.sharegpt import load_prompts
-    from specbench.model import cache_root, load_target, resolve_model
+    from specbench.model import cache_root, check_device, load_target, resolve_model
     from specbench.prompts import PromptBuilder
 
     for name in ("train", "heldout", "max_prompt_tokens", "max_new_tokens", "batch_size", "shard_size"):
@@ -270,11 +278,12 @@ def cmd_distill(args: argparse.Namespace) -> int:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
+    check_device(args.device)
     source = resolve_model(args.model)
     out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
     # Read more prompts than needed: some are dropped for length after tokenization.
     split = load_prompts(train=args.train * 2 if args.train else None, heldout=args.heldout * 2, seed=args.seed)
-    target = load_target(args.model)
+    target = load_target(args.model, args.device, args.dtype)
     builder = PromptBuilder(target.tokenizer)
 
     def encode(texts: list[str], wanted: int | None) -> list[list[int]]:
@@ -316,7 +325,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from specbench.drafters.training.ctc import METHODS as CTC_METHODS
     from specbench.drafters.training.heads import MODULES
-    from specbench.model import cache_root, resolve_model
+    from specbench.model import cache_root, check_device, resolve_model
 
     methods = [*MODULES, *CTC_METHODS]
     if args.method not in methods:
@@ -326,8 +335,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.train_vocab < 0:
+        raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
+    if args.train_vocab and args.method in CTC_METHODS:
+        raise SpecbenchError("--train-vocab is a medusa/hydra option")
     if args.threads:
         torch.set_num_threads(args.threads)
+    check_device(args.device)
     source = resolve_model(args.model)
     tag = f"{source.name}-{source.sha256[:16]}"
     cache = args.cache or str(cache_root() / "distill" / tag)
@@ -347,8 +361,8 @@ def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
     config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
                              num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
                              max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
-                             prefix_heads=args.prefix_heads)
-    recipe = train_heads(config, load_target(args.model), progress=not args.no_progress)
+                             prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype)
+    recipe = train_heads(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
             f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}"), recipe["training_seconds"]
@@ -362,8 +376,8 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
                             num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 4, lr=args.lr,
                             samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
                             anchors_per_sample=args.anchors_per_sample or None,
-                            seed=args.seed)
-    recipe = train_ctc(config, load_target(args.model), progress=not args.no_progress)
+                            seed=args.seed, dtype=args.dtype)
+    recipe = train_ctc(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
     metrics = recipe["metrics"]
     taus = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_tau_by_budget"].items())
     return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]

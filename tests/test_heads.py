@@ -185,3 +185,41 @@ def test_draft_vocab_ranks_tokens_by_count_and_scores_only_those_rows(llama_targ
     MedusaDrafter(checkpoint=str(tmp_path / "m")).reset(llama_target.handle)  # the full vocabulary still works
     with pytest.raises(SpecbenchError, match="draft_vocab=8: this checkpoint stores no vocabulary ranking"):
         MedusaDrafter(checkpoint=str(tmp_path / "m"), draft_vocab=8).reset(llama_target.handle)
+
+
+def test_label_indices_map_into_the_cut_and_ignore_the_rest(llama_target):
+    from specbench.drafters.draft_vocab import DraftVocab
+    from specbench.drafters.training.heads import IGNORE
+
+    vocab_size = llama_target.config.vocab_size
+    ranking = torch.arange(vocab_size - 1, -1, -1, dtype=torch.int32)  # highest ids most frequent
+    vocab = DraftVocab(llama_target.lm_head, ranking, 4)  # keeps ids V-4 .. V-1
+    labels = torch.tensor([[vocab_size - 1, 3, IGNORE], [vocab_size - 4, vocab_size - 2, 0]])
+    mapped = vocab.label_indices(labels, IGNORE)
+    assert mapped.tolist() == [[3, IGNORE, IGNORE], [0, 2, IGNORE]]
+    assert (vocab.token_ids(mapped.clamp(min=0))[mapped >= 0] == labels[mapped >= 0]).all()
+    features = torch.randn(2, llama_target.config.hidden_size)
+    with torch.no_grad():
+        torch.testing.assert_close(vocab.logits(features), llama_target.lm_head(features)[:, vocab.ids])
+
+
+@pytest.mark.parametrize("train_vocab, dtype", [(24, "float32"), (0, "bfloat16")])
+def test_training_over_a_cut_or_in_bf16_autocast(train_vocab, dtype, llama_target, cache, tmp_path):
+    """A train vocabulary scores only the cut (labels outside are ignored); bf16 autocast keeps float32
+    master weights. Both train (loss falls), record their settings and draft losslessly."""
+    config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h"), num_heads=2, epochs=2,
+                             lr=3e-3, batch_size=32, warmup_steps=2, max_rank=4, train_vocab=train_vocab, dtype=dtype)
+    recipe = train_heads(config, llama_target, progress=False)
+    assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
+    assert recipe["hyperparameters"]["train_vocab"] == train_vocab and recipe["hyperparameters"]["dtype"] == dtype
+    state = torch.load(tmp_path / "h.epoch2.pt", weights_only=False)["module"]
+    assert all(v.dtype == torch.float32 for v in state.values())
+    drafter = DRAFTERS["hydra"](checkpoint=str(tmp_path / "h"), draft_vocab=train_vocab or None)
+    result = generate(llama_target, drafter, [5, 17, 42, 8], 20, 8)
+    assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 20, llama_target.eos_ids)
+
+
+def test_teacher_loss_refuses_a_train_vocabulary(llama_target, cache, tmp_path):
+    config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h"), loss="teacher", train_vocab=8)
+    with pytest.raises(SpecbenchError, match="needs the whole vocabulary"):
+        train_heads(config, llama_target, progress=False)

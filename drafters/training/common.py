@@ -24,6 +24,20 @@ def checked_manifest(cache: Path, target: TargetModel) -> dict:
     return manifest
 
 
+TRAIN_DTYPES = ("float32", "bfloat16")
+
+
+def autocast(device: torch.device, dtype: str):
+    """The training forward's precision: float32 as is, or bf16 autocast (master weights stay float32)."""
+    from contextlib import nullcontext
+
+    if dtype == "float32":
+        return nullcontext()
+    if dtype != "bfloat16":
+        raise SpecbenchError(f"training dtype must be one of {', '.join(TRAIN_DTYPES)}, got {dtype!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
 def freeze(target: TargetModel) -> None:
     for p in target.model.parameters():
         p.requires_grad_(False)

@@ -31,7 +31,7 @@ from specbench.checkpoint import save_checkpoint, target_identity
 from specbench.drafters.draft_vocab import RANKING_KEY, token_ranking
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
-from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
+from specbench.drafters.training.common import EpochCheckpoints, autocast, checked_manifest, freeze, warmup_cosine
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -57,6 +57,7 @@ class CTCTrainConfig:
     warmup_steps: int = 50
     max_train_samples: int | None = None
     seed: int = 0
+    dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
     # transform settings of the offline acceptance estimate (the drafter's defaults)
     top_k: int = 4
     beam: int = 16
@@ -73,9 +74,10 @@ def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
 def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: Sample, anchors: torch.Tensor) -> torch.Tensor:
     """Slot logits [A, T, V (+1)] of ``anchors`` in ``sample``."""
     ids = sample.input_ids.to(target.device)
+    dtype = next(module.parameters()).dtype  # float32 master weights (bf16 only under autocast)
     with torch.no_grad():
-        next_embeddings = target.handle.embed_tokens(ids[1:])  # [L-1, H]
-    hidden = sample.hidden[:-1].to(target.device, target.dtype)  # [L-1, H]
+        next_embeddings = target.handle.embed_tokens(ids[1:]).to(dtype)  # [L-1, H]
+    hidden = sample.hidden[:-1].to(target.device, dtype)  # [L-1, H]
     features = module.forward_sequence(hidden, next_embeddings, anchors.to(target.device))
     return module.logits(features, target.lm_head)
 
@@ -189,7 +191,8 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
             batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
             step_losses = []
             for sample in batch:
-                loss = sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks)
+                with autocast(target.device, config.dtype):
+                    loss = sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks)
                 if loss is not None:
                     (loss / len(batch)).backward()
                     step_losses.append(loss.item())
@@ -203,7 +206,8 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
                         "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
         checkpoints.save(epoch + 1, history, seconds)
-    metrics = evaluate(module, target, heldout, config)
+    with autocast(target.device, config.dtype):
+        metrics = evaluate(module, target, heldout, config)
     recipe = {
         "method": config.method,
         "target": target_identity(target.handle),

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import RANKING_KEY, token_ranking
+from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab, token_ranking
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import MedusaHeads
-from specbench.drafters.training.common import EpochCheckpoints, checked_manifest, freeze, warmup_cosine
+from specbench.drafters.training.common import EpochCheckpoints, autocast, checked_manifest, freeze, warmup_cosine
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -49,6 +49,12 @@ class HeadTrainConfig:
     seed: int = 0
     loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++)
     prefix_heads: int = 0  # hydra: > 0 adds Hydra++'s prefix attention layer with that many attention heads
+    train_vocab: int = 0  # > 0: score only the N most frequent tokens in training (labels outside are ignored)
+    dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
+
+
+def module_dtype(module: nn.Module) -> torch.dtype:
+    return next(module.parameters()).dtype
 
 
 def response_positions(sample: Sample) -> tuple[int, int]:
@@ -82,14 +88,16 @@ def position_dataset(cache: Path, split: str, lookahead: int, limit: int | None 
     return (h[:limit], w[:limit]) if limit else (h, w)
 
 
-def head_logits(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
-    """Logits [K, B, V] of every head for hidden [B, H] and windows [B, K + 1]."""
+def head_logits(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor,
+                vocab: DraftVocab | None = None) -> torch.Tensor:
+    """Logits [K, B, V'] of every head for hidden [B, H] and windows [B, K + 1], over ``vocab`` (default:
+    the whole vocabulary, V' = V)."""
     k = len(module.heads)
     path_tokens = windows[:, :k].clamp(min=0)  # [B, K] (padding -> token 0, its labels are ignored)
     with torch.no_grad():
         path_embeddings = target.handle.embed_tokens(path_tokens.to(target.device))  # [B, K, H]
-    features = module.training_features(hidden, path_embeddings)  # [K, B, H]
-    return target.lm_head(features)
+    features = module.training_features(hidden, path_embeddings.to(hidden.dtype))  # [K, B, H]
+    return vocab.logits(features) if vocab is not None else target.lm_head(features)
 
 
 def teacher_loss(logits: torch.Tensor, labels: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor,
@@ -112,17 +120,19 @@ def teacher_loss(logits: torch.Tensor, labels: torch.Tensor, hidden: torch.Tenso
 
 
 def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor,
-             max_rank: int, batch_size: int) -> dict:
-    """Held-out top-1 / top-k accuracy per head, and P(rank r is the target's token) per head and rank."""
+             max_rank: int, batch_size: int, vocab: DraftVocab | None = None) -> dict:
+    """Held-out top-1 / top-k accuracy per head, and P(rank r is the target's token) per head and rank,
+    scoring over ``vocab`` as inference will (a label outside it counts as a miss)."""
     k = len(module.heads)
     hits = torch.zeros(k, max_rank)
     totals = torch.zeros(k)
     module.eval()
     with torch.no_grad():
         for start in range(0, len(hidden), batch_size):
-            h = hidden[start : start + batch_size].to(target.device, target.dtype)
+            h = hidden[start : start + batch_size].to(target.device, module_dtype(module))
             w = windows[start : start + batch_size].to(target.device)
-            top = head_logits(module, target, h, w).topk(max_rank, dim=-1).indices  # [K, B, R]
+            top = head_logits(module, target, h, w, vocab).topk(max_rank, dim=-1).indices  # [K, B, R]
+            top = vocab.token_ids(top) if vocab is not None else top
             labels = w[:, 1 : k + 1].T  # [K, B]
             valid = labels != IGNORE
             hits += ((top == labels[..., None]) & valid[..., None]).sum(dim=1).float().cpu()
@@ -195,9 +205,14 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         raise SpecbenchError(f"unknown loss {config.loss!r}; choose greedy or teacher")
     if config.prefix_heads and config.method != "hydra":
         raise SpecbenchError("prefix attention (--prefix-heads) is a hydra option")
+    if config.train_vocab and config.loss == "teacher":
+        raise SpecbenchError("--loss teacher needs the whole vocabulary (--train-vocab 0)")
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
+    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # stored for the draft_vocab option
+    vocab = DraftVocab(target.lm_head, ranking, config.train_vocab) if config.train_vocab else None
+    precision = autocast(target.device, config.dtype)
     options = {"prefix_heads": config.prefix_heads} if config.prefix_heads else {}
     module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers, **options)
     module = module.to(target.device)
@@ -224,16 +239,18 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
                    disable=not progress)
         for make_inputs in bar:
             h, w, raw, index = make_inputs(module)  # h [B, H] (grad flows into a prefix layer), w [B, K + 1]
-            h, w = h.to(target.device, target.dtype), w.to(target.device)
-            logits = head_logits(module, target, h, w)  # [K, B, V]
-            labels = w[:, 1 : config.num_heads + 1].T  # [K, B]
-            if config.loss == "teacher":
-                per_head = teacher_loss(logits, labels, raw, index, target)
-            else:
-                per_head = torch.stack([
-                    nn.functional.cross_entropy(logits[k].float(), labels[k], ignore_index=IGNORE)
-                    for k in range(config.num_heads)
-                ])
+            h, w = h.to(target.device, module_dtype(module)), w.to(target.device)
+            labels = w[:, 1 : config.num_heads + 1].T  # [K, B] target token ids
+            with precision:
+                logits = head_logits(module, target, h, w, vocab)  # [K, B, V'] (V' = V without a train vocabulary)
+                if config.loss == "teacher":
+                    per_head = teacher_loss(logits, labels, raw, index, target)
+                else:
+                    classes = vocab.label_indices(labels, IGNORE) if vocab is not None else labels  # [K, B]
+                    per_head = torch.stack([
+                        nn.functional.cross_entropy(logits[k].float(), classes[k], ignore_index=IGNORE)
+                        for k in range(config.num_heads)
+                    ])
             loss = (weights * per_head).sum()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -247,7 +264,10 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
                         "last_batch_loss": losses[-1].tolist()})
         checkpoints.save(epoch + 1, history, seconds)
     held_hidden, held_windows = heldout_inputs(module, Path(config.cache), config.num_heads)
-    metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size)
+    with precision:  # scored over the vocabulary inference drafts over by default (see draft_vocab.py)
+        eval_vocab = vocab or DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
+        metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size, eval_vocab)
+    metrics["heldout_vocab"] = eval_vocab.size
     recipe = {
         "method": config.method,
         "target": target_identity(target.handle),
@@ -261,7 +281,6 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         "torch_threads": torch.get_num_threads(),
         "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
     }
-    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # for the draft_vocab option
     save_checkpoint(stem, module.state_dict() | {RANKING_KEY: ranking}, recipe)
     return recipe
 
