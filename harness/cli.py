@@ -194,6 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="medusa, hydra: score only the N most frequent tokens while training (0: all)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    export = command("export")
+    export.add_argument("run", help="a run directory (specbench run --out)")
+    export.add_argument("--format", default="spec-bench", choices=["spec-bench"], help="the layout to write")
+    export.add_argument("--out", required=True,
+                        help="folder playing Spec-Bench's data/ (files go to OUT/<bench>/model_answer/)")
+    export.add_argument("--drafters", type=_csv, default=None, help="comma-separated drafters (default: all in the run)")
+    export.add_argument("--model-name", default=None, help="the <model> part of Spec-Bench's model ids (default: the run's model)")
+    export.add_argument("--unpaired", action="store_true",
+                        help="keep questions some exported drafter lacks (speed.py averages each file on its own)")
+    export.add_argument("--tokenizer", action="store_true",
+                        help="also print the tokenizer folder to give speed.py (converts a GGUF model once, ~15 s)")
+
     report = command("report")
     report.add_argument("dirs", nargs="+", help="run directories; several are merged (e.g. two models), each "
                         "labelled by its manifest; each also gets its summary.csv rewritten")
@@ -262,6 +274,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(f"\nreport: {len(written)} files in {out}: " + ", ".join(p.relative_to(out).as_posix() for p in written
                                                                  if p.parent == out or p.suffix == ".png"))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from specbench.reports.export import export_spec_bench, spec_bench_tokenizer
+
+    paths = export_spec_bench(args.run, args.out, args.drafters, model=args.model_name, paired=not args.unpaired)
+    for path in paths:
+        print(path)
+    if args.tokenizer:
+        print(f"tokenizer for speed.py: {spec_bench_tokenizer(args.run)}")
     return 0
 
 
@@ -383,7 +406,7 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
     return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
 
 
-COMMANDS = {"distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
+COMMANDS = {"export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,9 @@ pyproject's ``addopts`` passes ``--benchmark-disable``, so a normal test run cal
 function once and checks its result; ``pytest tests/test_benchmarks.py --benchmark-enable`` times them.
 Every round starts from the same state (a freshly reset drafter; a fresh copy of the prefilled cache), so
 the cache never grows across rounds and every round measures the same step.
+
+These check every drafter's step on a tiny model in each test run; the timed suite on the real model, with
+saved baselines, is ``benchmarks/test_micro_*.py`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -225,7 +225,7 @@ def test_every_category_overall_and_turn_row_is_present(by_category):
     for drafter in DRAFTERS:
         rows = by_category[by_category["drafter"] == drafter]["category"].tolist()
         assert rows == [*CATEGORIES, "overall", "turn 1", "turn 2"]
-    assert by_category["drafter"].drop_duplicates().tolist() == ["vanilla", "chain", "ngram"]
+    assert by_category["drafter"].drop_duplicates().tolist() == list(DRAFTERS)  # the run's own order
 
 
 @pytest.mark.parametrize("drafter", ["ngram", "chain"])
@@ -268,7 +268,7 @@ def test_markdown_shows_the_csv_numbers(rendered, by_category):
 
 def test_paper_table_speedup_over_tau(mt_run, rendered):
     paper = pd.read_csv(rendered[0] / "csv" / "paper.csv")
-    assert paper["drafter"].tolist() == ["vanilla", "chain", "ngram"]
+    assert paper["drafter"].tolist() == list(DRAFTERS)
     text = (rendered[0] / "report.md").read_text()
     header = "| Drafter | tiny-llama |"
     assert header in text
@@ -418,8 +418,8 @@ def test_pies_and_their_legends_do_not_overlap(tmp_path, drafters):
     pie = next(c for c in report.sections[1].charts if c.name == "breakdown_pie").figure
     pie.canvas.draw()
     renderer = pie.canvas.get_renderer()
-    legends = [ax.get_legend().get_window_extent(renderer) for ax in pie.axes]
-    pies = [Bbox.union([w.get_window_extent(renderer) for w in ax.patches]) for ax in pie.axes]
+    legends = [ax.get_legend().get_window_extent(renderer) for ax in pie.axes if ax.get_legend() is not None]
+    pies = [Bbox.union([w.get_window_extent(renderer) for w in ax.patches]) for ax in pie.axes if ax.patches]
     assert len(legends) == len(drafters) and not _overlaps(legends + pies)
     figure = pie.bbox
     assert all(figure.x0 <= box.x0 and box.x1 <= figure.x1 for box in legends)  # nothing cut off

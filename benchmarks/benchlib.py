@@ -1,0 +1,208 @@
+"""Shared set-up for the step-cost measurements: ``verify_cost.py`` and the pytest-benchmark suite
+(``benchmarks/test_micro_*.py``, see docs/benchmarks.md).
+
+- Verification trees of a given size and shape, a prefilled cache, and `rewind`, which drops a tree
+  step's slots from the cache so the next round verifies against exactly the same prefix.
+- `record_decode_state`: a drafter's state after a prefill and a few real decode steps, recorded by
+  running `specbench.harness.loop.generate` itself, and replayable so that every benchmark round proposes
+  from the same state.
+- `RecordingTarget` / `ReplayTarget`: run the decode loop once on the real target while recording every
+  forward's outputs, then replay them, so the loop can be timed with the target forward taken out.
+
+Scripts run as ``python benchmarks/NAME.py`` import it as ``benchlib`` (their folder is ``sys.path[0]``);
+the pytest suite imports it as ``benchmarks.benchlib`` (see ``benchmarks/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from specbench import kv
+from specbench.drafter import DraftContext, Drafter, TargetHandle
+from specbench.harness.loop import TurnResult, generate
+from specbench.model import TargetModel
+from specbench.tree import DraftTree
+from specbench.verify import VerifyOutcome
+
+#: Tree shapes: "chain" = root then n - 1 nodes in one line (ngram, CTC beams); "bushy" = breadth-first
+#: complete tree with `BUSHY_FANOUT` children per node (static Medusa/Hydra-like trees: wide and shallow).
+TREE_SHAPES = ("chain", "bushy")
+BUSHY_FANOUT = 4
+ROOT_TOKEN = 5  # the synthetic trees' root; the other nodes are ids 10, 11, ... (the cost ignores ids)
+
+
+def tree_of_size(n: int, shape: str = "chain", root: int = ROOT_TOKEN) -> DraftTree:
+    """A verification tree of ``n`` nodes (root included) in ``shape`` (see `TREE_SHAPES`)."""
+    if n < 1:
+        raise ValueError("a tree has at least its root")
+    drafts = list(range(10, 9 + n))
+    if shape == "chain":
+        return DraftTree.chain(root, drafts)
+    if shape == "bushy":
+        parents = [-1] + [(i - 1) // BUSHY_FANOUT for i in range(1, n)]  # node i's parent precedes it
+        return DraftTree(torch.tensor([root, *drafts], dtype=torch.long), torch.tensor(parents, dtype=torch.long))
+    raise ValueError(f"unknown tree shape {shape!r}; choose one of {', '.join(TREE_SHAPES)}")
+
+
+def synthetic_prefix(length: int) -> torch.Tensor:
+    """Token ids LongTensor[length] (100, 101, ...): a prefix whose content does not matter, only its length
+    (a dense forward costs the same for any ids)."""
+    return torch.arange(100, 100 + length, dtype=torch.long)
+
+
+def prefilled_cache(target: TargetModel, prefix: torch.Tensor):
+    """A fresh KV cache holding ``prefix`` (LongTensor[L]): L positions, as after the loop's prefill."""
+    cache = target.new_cache()
+    target.prefill(prefix, cache)
+    return cache
+
+
+def rewind(cache, past: int) -> None:
+    """Drop every slot after the first ``past`` from ``cache`` (what a verification step appended), so the
+    next forward sees the same prefix. `kv.commit_path` with an empty path keeps none of the tree's slots;
+    transformers' own ``crop`` changed meaning within 5.x, so the project's KV module does it."""
+    extra = kv.cached_length(cache) - past
+    if extra < 0:
+        raise ValueError(f"cache holds {kv.cached_length(cache)} positions, fewer than {past}")
+    if extra:
+        kv.commit_path(cache, past, [], extra)
+
+
+# ---- a drafter's state after a few decode steps -------------------------------------------------------
+
+
+def _quiet_span(name: str) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+def _frozen(ctx: DraftContext) -> DraftContext:
+    """``ctx`` with its token view copied (the loop's buffer is reused) and a no-op sub-stage timer."""
+    return dataclasses.replace(ctx, tokens=ctx.tokens.clone(), span=_quiet_span)
+
+
+class _StopDecoding(Exception):
+    pass
+
+
+class _Recorder(Drafter):
+    """Passes every call to ``inner`` and records it; at propose number ``steps + 1`` it records the context
+    and stops the loop (by raising), so the decode state is captured right before that propose."""
+
+    def __init__(self, inner: Drafter, steps: int) -> None:
+        super().__init__()
+        self.inner, self.steps = inner, steps
+        self.contexts: list[DraftContext] = []
+        self.outcomes: list[VerifyOutcome] = []
+
+    def reset(self, target: TargetHandle) -> None:
+        self.inner.reset(target)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        self.contexts.append(_frozen(ctx))
+        if len(self.contexts) > self.steps:
+            raise _StopDecoding
+        return self.inner.propose(ctx)
+
+    def accept(self, outcome: VerifyOutcome) -> None:
+        self.outcomes.append(outcome)
+        self.inner.accept(outcome)
+
+
+@dataclass
+class DecodeState:
+    """What a drafter saw during ``len(outcomes)`` decode steps of one sequence, and the context of the next
+    propose. `restore` replays the drafter's own calls (reset, then propose + accept per step), which brings
+    any drafter back to the state it had before that next propose, without the target."""
+
+    handle: TargetHandle
+    contexts: list[DraftContext]  # one per recorded step
+    outcomes: list[VerifyOutcome]  # one per recorded step
+    next_context: DraftContext
+
+    def restore(self, drafter: Drafter) -> None:
+        drafter.reset(self.handle)
+        for ctx, outcome in zip(self.contexts, self.outcomes):
+            drafter.propose(ctx)
+            drafter.accept(outcome)
+
+
+def record_decode_state(target: TargetModel, drafter: Drafter, prompt_ids: list[int], steps: int,
+                        budget: int) -> DecodeState:
+    """Run the real decode loop (`generate`) with ``drafter`` at ``budget``: prefill ``prompt_ids``, then
+    ``steps`` steps, and stop right before the next propose. Raises if the sequence ends sooner."""
+    recorder = _Recorder(drafter, steps)
+    try:
+        generate(target, recorder, prompt_ids, max_new_tokens=(steps + 1) * budget + 1, budget=budget)
+    except _StopDecoding:
+        return DecodeState(target.handle, recorder.contexts[:steps], recorder.outcomes, recorder.contexts[steps])
+    raise RuntimeError(f"the sequence ended before {steps} decode steps; use a longer prompt or fewer steps")
+
+
+# ---- the decode loop with the target forward taken out ------------------------------------------------
+
+
+@dataclass
+class Tape:
+    """Every target output of one `generate` call, in call order."""
+
+    prefill: tuple[torch.Tensor, torch.Tensor]  # logits [V], hidden [L, H]
+    steps: list[tuple[torch.Tensor, torch.Tensor]]  # per step: logits [n, V], hidden [n, H]
+
+
+class RecordingTarget:
+    """The real target, recording what its prefill and tree forwards return onto `tape`."""
+
+    def __init__(self, target: TargetModel) -> None:
+        self.target = target
+        self.device, self.eos_ids, self.handle = target.device, target.eos_ids, target.handle
+        self.tape: Tape | None = None
+
+    def new_cache(self):
+        return self.target.new_cache()
+
+    def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.target.prefill(input_ids, cache)  # [V], [L, H]
+        self.tape = Tape(prefill=out, steps=[])
+        return out
+
+    def forward_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.target.forward_tree(tree, cache)  # [n, V], [n, H]
+        self.tape.steps.append(out)
+        return out
+
+
+class ReplayTarget:
+    """Stands in for the target in `generate`: returns the recorded outputs in order, computing nothing.
+
+    Valid only for the recorded prompt and a deterministic drafter (the same trees in the same order).
+    The cache stays empty (`kv.commit_path` skips empty layers; for the root-only trees of vanilla decoding
+    it returns before touching the cache anyway)."""
+
+    def __init__(self, tape: Tape, recorded_from: RecordingTarget | TargetModel) -> None:
+        self.tape = tape
+        self.device, self.eos_ids, self.handle = recorded_from.device, recorded_from.eos_ids, recorded_from.handle
+        self._next = 0
+
+    def new_cache(self):
+        self._next = 0  # `generate` makes one cache per sequence: the tape starts over
+        return kv.new_cache()
+
+    def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.tape.prefill
+
+    def forward_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.tape.steps[self._next]
+        self._next += 1
+        return out
+
+
+def record_turn(target: TargetModel, drafter: Drafter, prompt_ids: list[int], max_new_tokens: int,
+                budget: int = 1) -> tuple[TurnResult, Tape]:
+    """One real `generate` call, with its target outputs on a `Tape` for `ReplayTarget`."""
+    recording = RecordingTarget(target)
+    result = generate(recording, drafter, prompt_ids, max_new_tokens, budget)
+    return result, recording.tape
