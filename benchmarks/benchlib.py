@@ -48,6 +48,15 @@ def tree_of_size(n: int, shape: str = "chain", root: int = ROOT_TOKEN) -> DraftT
     raise ValueError(f"unknown tree shape {shape!r}; choose one of {', '.join(TREE_SHAPES)}")
 
 
+def first_turn_prompts(target: TargetModel, bench: str, count: int) -> list[list[int]]:
+    """Prompt ids of the first turns of the first ``count`` questions of ``bench`` (chat template applied)."""
+    from specbench.prompts import PromptBuilder
+    from specbench.questions import load_questions, resolve_bench
+
+    builder = PromptBuilder(target.tokenizer)
+    return [builder.build(q.turns[:1], []) for q in load_questions(resolve_bench(bench))[:count]]
+
+
 def synthetic_prefix(length: int) -> torch.Tensor:
     """Token ids LongTensor[length] (100, 101, ...): a prefix whose content does not matter, only its length
     (a dense forward costs the same for any ids)."""

@@ -18,10 +18,9 @@ import json
 import numpy as np
 import torch
 
+from benchlib import first_turn_prompts
 from specbench.harness.loop import generate
 from specbench.model import load_target
-from specbench.prompts import PromptBuilder
-from specbench.questions import load_questions, resolve_bench
 from specbench.registry import create_drafter
 
 
@@ -47,9 +46,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     target = load_target(args.model)
-    builder = PromptBuilder(target.tokenizer)
-    questions = load_questions(resolve_bench(args.bench))[: args.prompts]
-    prompts = [builder.build(q.turns[:1], []) for q in questions]
+    prompts = first_turn_prompts(target, args.bench, args.prompts)
     results = {}
     for name in args.drafters.split(","):
         drafter = create_drafter(name)

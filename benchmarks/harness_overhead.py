@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 
+from benchlib import first_turn_prompts
 from specbench.harness.loop import generate
 from specbench.harness.runner import Run, RunConfig
 from specbench.model import load_target
-from specbench.prompts import PromptBuilder
-from specbench.questions import load_questions, resolve_bench
 from specbench.registry import create_drafter
 from specbench.reports.summary import write_summary
 
@@ -81,9 +80,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
 
     target = load_target(args.model)
-    builder = PromptBuilder(target.tokenizer)
-    questions = load_questions(resolve_bench(args.bench))[: args.prompts]
-    prompts = [builder.build(q.turns[:1], []) for q in questions]
+    prompts = first_turn_prompts(target, args.bench, args.prompts)
     result = {"model": target.name, "threads": torch.get_num_threads(), "max_new_tokens": args.max_new_tokens}
     result["vs_generate"] = compare_with_generate(target, prompts, args.max_new_tokens, args.repeats)
     g = result["vs_generate"]
