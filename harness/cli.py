@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                        help="bfloat16: autocast forward with float32 master weights (for GPUs)")
     train.add_argument("--train-vocab", type=int, default=0,
-                       help="medusa, hydra: score only the N most frequent tokens while training (0: all)")
+                       help="score only the N most frequent tokens while training (0: all)")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     export = command("export")
@@ -360,8 +360,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.train_vocab < 0:
         raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
-    if args.train_vocab and args.method in CTC_METHODS:
-        raise SpecbenchError("--train-vocab is a medusa/hydra option")
     if args.threads:
         torch.set_num_threads(args.threads)
     check_device(args.device)
@@ -399,7 +397,7 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
                             num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 4, lr=args.lr,
                             samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
                             anchors_per_sample=args.anchors_per_sample or None,
-                            seed=args.seed, dtype=args.dtype)
+                            seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab)
     recipe = train_ctc(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
     metrics = recipe["metrics"]
     taus = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_tau_by_budget"].items())

@@ -223,3 +223,17 @@ def test_a_response_shorter_than_the_horizon_has_no_anchors():
 
     short = Sample(torch.tensor([1, 2, 3, 4, 5]), prompt_len=3, hidden=torch.zeros(5, 8))  # 2 response tokens
     assert anchors_of(short, 1).tolist() == [2] and anchors_of(short, 6).tolist() == []
+
+
+@pytest.mark.parametrize("method, drafter_class", [("ctc", CTCDrafter), ("ctc-ce", CTCCrossEntropyDrafter)])
+def test_training_over_a_cut_vocabulary(method, drafter_class, llama_target, cache, tmp_path):
+    """Slots score the 24 most frequent tokens (+ blank) in training; CTC anchors with a label outside the
+    cut are left out, CE labels outside it ignored; the loss falls and the drafter over the same cut is exact."""
+    config = CTCTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_slots=4, num_labels=2,
+                            epochs=3, lr=1e-2, samples_per_step=2, warmup_steps=2, eval_budgets=[2, 6], train_vocab=24)
+    recipe = train_ctc(config, llama_target, progress=False)
+    assert recipe["history"][-1]["last_tenth_loss"] < recipe["history"][0]["first_tenth_loss"]
+    assert recipe["hyperparameters"]["train_vocab"] == 24 and recipe["metrics"]["heldout_vocab"] == 24
+    drafter = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=24)
+    result = generate(llama_target, drafter, [5, 17, 42, 8], max_new_tokens=30, budget=8)
+    assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 30, llama_target.eos_ids)

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import RANKING_KEY, token_ranking
+from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab, token_ranking
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
 from specbench.drafters.training.common import EpochCheckpoints, autocast, checked_manifest, freeze, warmup_cosine
@@ -58,6 +58,7 @@ class CTCTrainConfig:
     max_train_samples: int | None = None
     seed: int = 0
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
+    train_vocab: int = 0  # > 0: slots score only the N most frequent tokens (+ blank) in training
     # transform settings of the offline acceptance estimate (the drafter's defaults)
     top_k: int = 4
     beam: int = 16
@@ -71,42 +72,56 @@ def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
     return torch.arange(start, max(start, len(sample.input_ids) - 1 - horizon))
 
 
-def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: Sample, anchors: torch.Tensor) -> torch.Tensor:
-    """Slot logits [A, T, V (+1)] of ``anchors`` in ``sample``."""
+def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: Sample, anchors: torch.Tensor,
+                    vocab: DraftVocab | None = None) -> torch.Tensor:
+    """Slot logits [A, T, V' (+1)] of ``anchors`` in ``sample``, over ``vocab`` (default: all V tokens)."""
     ids = sample.input_ids.to(target.device)
     dtype = next(module.parameters()).dtype  # float32 master weights (bf16 only under autocast)
     with torch.no_grad():
         next_embeddings = target.handle.embed_tokens(ids[1:]).to(dtype)  # [L-1, H]
     hidden = sample.hidden[:-1].to(target.device, dtype)  # [L-1, H]
     features = module.forward_sequence(hidden, next_embeddings, anchors.to(target.device))
-    return module.logits(features, target.lm_head)
+    return module.logits(features, vocab.logits if vocab is not None else target.lm_head)
 
 
 def sample_loss(module: AttentionDraftModule, target: TargetModel, sample: Sample, num_labels: int,
-                keep: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor | None:
+                keep: int | None = None, generator: torch.Generator | None = None,
+                vocab: DraftVocab | None = None) -> torch.Tensor | None:
     """Mean loss over the sample's anchors, or over ``keep`` of them drawn with ``generator``."""
     anchors = anchors_of(sample, num_labels)
     if len(anchors) == 0:
         return None
     if keep is not None and len(anchors) > keep:
         anchors = anchors[torch.randperm(len(anchors), generator=generator)[:keep].sort().values]
-    return anchor_loss(module, sequence_logits(module, target, sample, anchors), sample, anchors, num_labels)
+    return anchor_loss(module, sequence_logits(module, target, sample, anchors, vocab), sample, anchors, num_labels,
+                       vocab)
 
 
 def anchor_loss(module: AttentionDraftModule, logits: torch.Tensor, sample: Sample, anchors: torch.Tensor,
-                num_labels: int) -> torch.Tensor:
-    """CTC loss (or, without a blank, per-slot CE) of slot logits [A, T, C] of ``anchors`` in ``sample``."""
+                num_labels: int, vocab: DraftVocab | None = None) -> torch.Tensor:
+    """CTC loss (or, without a blank, per-slot CE) of slot logits [A, T, C] of ``anchors`` in ``sample``.
+
+    With a cut ``vocab`` the logits' columns are its tokens (then the blank); labels are mapped into it, a
+    CE label outside it is ignored and a CTC anchor with any label outside it is left out (CTC cannot skip
+    a label inside its target sequence)."""
     logits = logits.float()
     a, t, classes = logits.shape
     ids = sample.input_ids.to(logits.device)
     if module.blank is not None:
         labels = ids[anchors[:, None].to(ids.device) + 2 + torch.arange(num_labels, device=ids.device)]  # [A, N]
+        if vocab is not None:
+            labels = vocab.label_indices(labels, IGNORE)
+            inside = (labels != IGNORE).all(dim=1)  # [A]
+            logits, labels, a = logits[inside], labels[inside], int(inside.sum())
+            if a == 0:
+                return logits.sum() * 0.0  # no anchor fits the cut: a zero loss that keeps the graph
         log_probs = logits.log_softmax(dim=-1).transpose(0, 1)  # [T, A, C]
         return nn.functional.ctc_loss(log_probs, labels, torch.full((a,), t, dtype=torch.long),
                                       torch.full((a,), num_labels, dtype=torch.long), blank=classes - 1,
                                       reduction="mean", zero_infinity=True)
     padded = torch.cat([ids, torch.full((t + 2,), IGNORE, dtype=ids.dtype, device=ids.device)])
     labels = padded[anchors[:, None].to(ids.device) + 2 + torch.arange(t, device=ids.device)]  # [A, T]
+    labels = vocab.label_indices(labels, IGNORE) if vocab is not None else labels
     return nn.functional.cross_entropy(logits.reshape(-1, classes), labels.reshape(-1), ignore_index=IGNORE)
 
 
@@ -125,8 +140,10 @@ def accepted_length(tree: DraftTree, truth: list[int]) -> int:
 
 
 @torch.no_grad()
-def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sample], config: CTCTrainConfig) -> dict:
-    """Held-out loss and offline acceptance (tau per tree budget) of the transform's trees."""
+def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sample], config: CTCTrainConfig,
+             vocab: DraftVocab | None = None) -> dict:
+    """Held-out loss and offline acceptance (tau per tree budget) of the transform's trees, the slots
+    scoring ``vocab`` (default: all tokens) as the drafter will at run time."""
     module.eval()
     horizon = max(config.num_slots, config.num_labels)
     losses, accepted = [], {b: [] for b in config.eval_budgets}
@@ -135,13 +152,14 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
         loss_anchors = anchors_of(sample, config.num_labels)  # the loss's anchors; those with the whole
         if len(loss_anchors) == 0:  # horizon known (scored below) are its first ones
             continue
-        logits = sequence_logits(module, target, sample, loss_anchors)  # [A, T, C], one forward for both
-        losses.append(anchor_loss(module, logits, sample, loss_anchors, config.num_labels).item())
+        logits = sequence_logits(module, target, sample, loss_anchors, vocab)  # [A, T, C], one forward for both
+        losses.append(anchor_loss(module, logits, sample, loss_anchors, config.num_labels, vocab).item())
         anchors = anchors_of(sample, horizon)
         ids = sample.input_ids.tolist()
         for row, s in zip(logits[: len(anchors)], anchors.tolist()):
             began = time.perf_counter()
-            tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob)
+            tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob,
+                                                    vocab.ids if vocab is not None else None)
             candidates = prefix_beam_search(tokens, probs, blanks, config.beam)
             trees = {b: candidate_tree(ids[s + 1], candidates, b) for b in config.eval_budgets}
             transform_s += time.perf_counter() - began
@@ -168,6 +186,8 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
+    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # stored for the draft_vocab option
+    vocab = DraftVocab(target.lm_head, ranking, config.train_vocab) if config.train_vocab else None
     train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
     heldout = list(iter_samples(Path(config.cache), "heldout"))
     module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots,
@@ -192,7 +212,8 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
             step_losses = []
             for sample in batch:
                 with autocast(target.device, config.dtype):
-                    loss = sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks)
+                    loss = sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks,
+                                       vocab)
                 if loss is not None:
                     (loss / len(batch)).backward()
                     step_losses.append(loss.item())
@@ -206,8 +227,10 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
                         "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
         checkpoints.save(epoch + 1, history, seconds)
-    with autocast(target.device, config.dtype):
-        metrics = evaluate(module, target, heldout, config)
+    with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
+        eval_vocab = vocab or DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
+        metrics = evaluate(module, target, heldout, config, eval_vocab)
+    metrics["heldout_vocab"] = eval_vocab.size
     recipe = {
         "method": config.method,
         "target": target_identity(target.handle),
@@ -221,6 +244,5 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         "torch_threads": torch.get_num_threads(),
         "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
     }
-    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # for the draft_vocab option
     save_checkpoint(Path(config.out), module.state_dict() | {RANKING_KEY: ranking}, recipe)
     return recipe
