@@ -77,7 +77,7 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
     add("tau_by_category", "τ per category", charts.tau_by_category(category.data, colours), no_drafter)
     add("speedup_by_category", "Speedup per category (95% CI)", charts.speedup_by_category(category.data, colours),
         "no speedup (vanilla missing or no other drafter)")
-    no_times = "no stage times (the run was recorded without --breakdown)"
+    no_times = "no stage times (the run was recorded with --no-breakdown)"
     if breakdown is not None:
         untimed = sorted(set(summary["drafter"]) - set(breakdown.data["drafter"]))
         if untimed:

@@ -2,7 +2,7 @@
 answer files alone (never from a model), with the formulas of `specbench.metrics`.
 
 Stage shares are fractions of *decode* time (turn wall time minus prefill): draft + transform + verify +
-accept + other = 1. They are empty for runs recorded without ``--breakdown``.
+accept + other = 1. They are empty for runs recorded with ``--no-breakdown``.
 ``equal_to_vanilla`` is the fraction of (question, turn) pairs whose ids equal vanilla's.
 """
 

@@ -434,9 +434,9 @@ def test_runs_without_breakdown_skip_breakdown_charts_with_a_note(tmp_path):
     assert "tau_by_category.png" in names and "acceptance_by_depth.png" in names
     assert "breakdown_pie.png" not in names and "breakdown_bars.png" not in names
     assert not (out / "csv" / "latency_breakdown.csv").exists()
-    assert "charts breakdown_pie, breakdown_bars skipped: no stage times (the run was recorded without --breakdown)" \
+    assert "charts breakdown_pie, breakdown_bars skipped: no stage times (the run was recorded with --no-breakdown)" \
         in report.notes
-    assert "without --breakdown" in (out / "report.md").read_text()
+    assert "with --no-breakdown" in (out / "report.md").read_text()
 
 
 def test_a_run_of_vanilla_alone_skips_the_comparison_charts(tmp_path):
