@@ -90,7 +90,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         config = RunConfig(out=folder, model=args.model, drafters=args.drafters.split(","), bench=args.bench,
                            limit=args.limit, max_new_tokens=args.max_new_tokens, breakdown=True, threads=args.threads)
-        Run(config, progress=False).execute(target)
+        Run(config, progress=False, target=target).execute()
         summary = write_summary(Path(folder))
     overall = summary[summary["category"] == "overall"].set_index("drafter")
     shares = ["draft_share", "transform_share", "verify_share", "accept_share", "other_share"]

@@ -54,11 +54,11 @@ def load(run_dir: str | Path) -> RunResult:
     return RunResult(run_dir, load_run(run_dir), read_manifest(run_dir))
 
 
-def _target_from(model: Any, tokenizer: Any, config) -> Any:
-    """The `TargetModel` for an in-memory ``model`` (None: the run loads ``config.model`` itself)."""
+def _target_from(model: Any, tokenizer: Any) -> Any:
+    """The `TargetModel` for an in-memory ``model`` (None for none, a path or a name: the run loads it)."""
     from specbench.model import TargetModel
 
-    if model is None or isinstance(model, TargetModel):
+    if model is None or isinstance(model, (str, Path, TargetModel)):
         return model
     if tokenizer is None:
         raise SpecbenchError("an in-memory model needs its tokenizer: specbench.run(model=..., tokenizer=...)")
@@ -89,10 +89,10 @@ def run(config=None, /, *, model: Any = None, tokenizer: Any = None, progress: b
         if unknown:
             raise SpecbenchError(f"unknown run option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         options.setdefault("out", f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-        if isinstance(model, (str, Path)):
-            options["model"] = str(model)
         config = RunConfig(**options)
-    target = _target_from(None if isinstance(model, (str, Path)) else model, tokenizer, config)
+    if isinstance(model, (str, Path)):
+        config.model = str(model)
+    target = _target_from(model, tokenizer)
     if target is not None:
         config.model = target.name
         config.device = str(target.device)

@@ -172,12 +172,12 @@ class Run:
     def pending(self) -> list[Question]:
         return [q for q in self.questions if any(q.question_id not in self.done.get(d, {}) for d in self.drafter_names)]
 
-    def execute(self, target: TargetModel | None = None) -> Path:
+    def execute(self) -> Path:
         config = self.config
         torch.manual_seed(config.seed)
         if config.threads:
             torch.set_num_threads(config.threads)
-        target = target or self.target or load_target(config.model, config.device, config.dtype)
+        target = self.target or load_target(config.model, config.device, config.dtype)
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
         if read_manifest(self.out) is None or not config.resume:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -32,8 +32,6 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.csv"
 BASELINE = "vanilla"  # the reference every drafter's speedup and ids are compared with
 REQUIRED_CHOICE_KEYS = ("turns", "new_tokens", "wall_time", "decoding_steps", "accept_lengths", "output_ids", "steps")
-# Per-turn lists of a choice, each with one entry per turn.
-PER_TURN_KEYS = ("new_tokens", "wall_time", "decoding_steps", "output_ids", "steps")
 
 
 def drafter_order(names: Iterable[str]) -> list[str]:
@@ -104,10 +102,10 @@ class Answer:
         def one(values: list) -> list:
             return [values[index]] if len(values) > index else []
 
-        return Answer(self.question_id, self.category, self.drafter, one(self.turns), one(self.new_tokens),
-                      one(self.wall_time), one(self.output_ids), one(self.steps), one(self.prefill_ms),
-                      one(self.wall_time_repeats), None if self.first_divergence is None else one(self.first_divergence),
-                      self.model_id, self.answer_id, self.tstamp, dict(self.extra), dict(self.choice_extra))
+        per_turn = ("turns", "new_tokens", "wall_time", "output_ids", "steps", "prefill_ms", "wall_time_repeats")
+        cut = {name: one(getattr(self, name)) for name in per_turn}
+        divergence = None if self.first_divergence is None else one(self.first_divergence)
+        return replace(self, **cut, first_divergence=divergence)
 
     def check(self) -> None:
         """Raise ValueError when the per-turn fields disagree with each other (an incomplete record)."""
@@ -130,17 +128,7 @@ class Answer:
         missing += [key for key in ("question_id", "category") if key not in data]
         if missing:
             raise KeyError(", ".join(missing))
-        where = f"question {data['question_id']}"
-        for key in PER_TURN_KEYS:
-            if not isinstance(choice[key], list) or len(choice[key]) != len(choice["turns"]):
-                count = len(choice[key]) if isinstance(choice[key], list) else "?"
-                raise ValueError(f"{where}: {key} has {count} entries for {len(choice['turns'])} turns (incomplete record)")
         steps = [[Step.from_json(step) for step in turn] for turn in choice["steps"]]
-        for t, (turn, count) in enumerate(zip(steps, choice["decoding_steps"])):
-            if len(turn) != count:
-                raise ValueError(f"{where}: turn {t + 1} has {len(turn)} step records but decoding_steps {count}")
-        if [step.accepted for turn in steps for step in turn] != list(choice["accept_lengths"]):
-            raise ValueError(f"{where}: accept_lengths disagree with the step records")
         known = {"question_id", "category", "drafter", "answer_id", "model_id", "tstamp", "choices",
                  "equal_to_vanilla", "first_divergence"}
         known_choice = {"index", "prefill_ms", "wall_time_repeats", *REQUIRED_CHOICE_KEYS}
@@ -155,6 +143,16 @@ class Answer:
             choice_extra={k: v for k, v in choice.items() if k not in known_choice},
         )
         answer.check()
+        # Spec-Bench's fields are derived from the steps; a file's copies must agree with them.
+        where = f"question {answer.question_id}"
+        if len(choice["decoding_steps"]) != len(answer.turns):
+            raise ValueError(f"{where}: decoding_steps has {len(choice['decoding_steps'])} entries for "
+                             f"{len(answer.turns)} turns (incomplete record)")
+        for t, (derived, stored) in enumerate(zip(answer.decoding_steps, choice["decoding_steps"])):
+            if derived != stored:
+                raise ValueError(f"{where}: turn {t + 1} has {derived} step records but decoding_steps {stored}")
+        if answer.accept_lengths != list(choice["accept_lengths"]):
+            raise ValueError(f"{where}: accept_lengths disagree with the step records")
         return answer
 
     def to_json(self) -> dict:

@@ -245,7 +245,7 @@ def tiny_run(tmp_path_factory, single_thread) -> tuple[Path, list[Path], object]
     target = TargetModel(build_tiny_model("llama"), tokenizer)
     config = RunConfig(out=str(root / "run"), drafters=["vanilla", "ngram"], bench="demo",
                        categories=["writing", "math"], limit=1, max_new_tokens=24, warmup=False)
-    Run(config, progress=False).execute(target)
+    Run(config, progress=False, target=target).execute()
     return root / "run", export_spec_bench(root / "run", root / "spec-bench", model="tiny-llama"), tokenizer
 
 

@@ -27,6 +27,19 @@ def checked_manifest(cache: Path, target: TargetModel) -> dict:
 TRAIN_DTYPES = ("float32", "bfloat16")
 
 
+def training_vocabularies(cache: Path, target: TargetModel, train_vocab: int):
+    """(ranking, train vocabulary, evaluation vocabulary) shared by every trainer.
+
+    ranking IntTensor[V]: token ids by count in the cache (stored in the checkpoint for ``draft_vocab``);
+    the train vocabulary is the ``train_vocab`` most frequent tokens (None: all of them); held-out metrics
+    are scored over it, or, without one, over the cut inference drafts over by default."""
+    from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, DraftVocab, token_ranking
+
+    ranking = token_ranking(Path(cache), target.config.vocab_size)
+    train = DraftVocab(target.lm_head, ranking, train_vocab) if train_vocab else None
+    return ranking, train, train or DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
+
+
 def autocast(device: torch.device, dtype: str):
     """The training forward's precision: float32 as is, or bf16 autocast (master weights stay float32)."""
     from contextlib import nullcontext

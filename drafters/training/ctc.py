@@ -28,10 +28,11 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab, token_ranking
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
-from specbench.drafters.training.common import EpochCheckpoints, autocast, checked_manifest, freeze, warmup_cosine
+from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
+                                                training_vocabularies, warmup_cosine)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -186,8 +187,7 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
-    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # stored for the draft_vocab option
-    vocab = DraftVocab(target.lm_head, ranking, config.train_vocab) if config.train_vocab else None
+    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab)
     train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
     heldout = list(iter_samples(Path(config.cache), "heldout"))
     module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots,
@@ -228,7 +228,6 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
                         "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
         checkpoints.save(epoch + 1, history, seconds)
     with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
-        eval_vocab = vocab or DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
         metrics = evaluate(module, target, heldout, config, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
     recipe = {

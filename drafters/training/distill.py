@@ -128,11 +128,6 @@ def add_hidden(target: TargetModel, tokens: dict[str, torch.Tensor], config: Dis
     return tokens | {"hidden": torch.cat([hidden[i] for i in range(len(sequences))]).to(torch.float16)}
 
 
-def distill_shard(target: TargetModel, prompts: list[list[int]], config: DistillConfig) -> dict[str, torch.Tensor]:
-    """Generate and record one whole shard (tokens and hidden states)."""
-    return add_hidden(target, generate_tokens(target, prompts, config), config)
-
-
 def token_name(split: str, number: int) -> str:
     return f"{split}/tokens-{number:05d}.safetensors"
 
@@ -211,8 +206,8 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
         for number, start in enumerate(range(0, len(prompts), config.shard_size)):
             chunk = prompts[start : start + config.shard_size]
             tokens_file, shard_file = token_name(split, number), shard_name(split, number)
-            done = manifest["shards"][split] if not tokens_only else manifest["token_shards"][split]
-            if shard_file in manifest["shards"][split] or (tokens_only and tokens_file in done):
+            finished = tokens_file in manifest["token_shards"][split] if tokens_only else shard_file in manifest["shards"][split]
+            if finished:
                 bar.update(len(chunk))
                 continue
             counts = manifest["counts"].setdefault(split, {"samples": 0, "tokens": 0, "response_tokens": 0,

@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab, token_ranking
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import MedusaHeads
-from specbench.drafters.training.common import EpochCheckpoints, autocast, checked_manifest, freeze, warmup_cosine
+from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
+                                                training_vocabularies, warmup_cosine)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -210,8 +211,7 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
-    ranking = token_ranking(Path(config.cache), target.config.vocab_size)  # stored for the draft_vocab option
-    vocab = DraftVocab(target.lm_head, ranking, config.train_vocab) if config.train_vocab else None
+    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab)
     precision = autocast(target.device, config.dtype)
     options = {"prefix_heads": config.prefix_heads} if config.prefix_heads else {}
     module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers, **options)
@@ -265,7 +265,6 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         checkpoints.save(epoch + 1, history, seconds)
     held_hidden, held_windows = heldout_inputs(module, Path(config.cache), config.num_heads)
     with precision:  # scored over the vocabulary inference drafts over by default (see draft_vocab.py)
-        eval_vocab = vocab or DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
         metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
     recipe = {
