@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from conftest import EOS, build_tiny_model, make_target, plain_greedy
+from safetensors.torch import load_file
+
 from specbench.drafters.training.distill import DistillConfig, iter_samples, run_distill
 from specbench.drafters.training.sharegpt import iter_items, first_human_turn
 from specbench.errors import SpecbenchError
@@ -113,3 +115,23 @@ def test_tokens_only_cache_seeds_a_full_cache(target, tmp_path):
     with pytest.raises(SpecbenchError, match="other settings"):
         run_distill(DistillConfig(out=str(tmp_path / "x"), max_new_tokens=9, batch_size=2, shard_size=2), target,
                     prompts, progress=False, tokens_from=tmp_path / "tokens")
+
+
+def test_batches_spanning_shards_make_the_same_cache(target, tmp_path):
+    """A GPU-sized batch (several shards per generation batch) makes the same token files as one shard at
+    a time; the batch size may change when a cache is resumed, and each sitting is recorded."""
+    def config(out: str, batch_size: int) -> DistillConfig:
+        return DistillConfig(out=str(tmp_path / out), max_new_tokens=10, batch_size=batch_size, shard_size=2)
+
+    prompts = {"train": PROMPTS, "heldout": PROMPTS[:1]}
+    run_distill(config("small", 1), target, prompts, progress=False, tokens_only=True)
+    run_distill(config("wide", 5), target, {"train": PROMPTS[:2]}, progress=False, tokens_only=True)
+    run_distill(config("wide", 5), target, prompts, progress=False, tokens_only=True)  # resumed, batches of 2 shards
+    small, wide = (json.loads((tmp_path / out / "manifest.json").read_text()) for out in ("small", "wide"))
+    assert wide["token_shards"] == small["token_shards"]
+    assert wide["counts"]["train"]["response_tokens"] == small["counts"]["train"]["response_tokens"]
+    for name in small["token_shards"]["train"] + small["token_shards"]["heldout"]:
+        a, b = (load_file(str(tmp_path / out / name)) for out in ("small", "wide"))
+        assert all(torch.equal(a[key], b[key]) for key in a)
+    assert [s["token_shards_made"] for s in wide["sittings"]] == [1, 3]  # shard 0, then 1-2 and the held-out one
+    assert wide["sittings"][0]["device"] == "cpu" and wide["sittings"][0]["batch_size"] == 5

@@ -94,25 +94,34 @@ def hidden_states(target: TargetModel, sequences: list[list[int]]) -> list[torch
     return [out[row, : len(seq)].float().cpu() for row, seq in enumerate(sequences)]
 
 
-def generate_tokens(target: TargetModel, prompts: list[list[int]], config: DistillConfig) -> dict[str, torch.Tensor]:
-    """The token half of a shard: greedy responses, batched by prompt length to keep padding small.
-
-    Returns input_ids int32[T] (prompt + response of each sample, concatenated), offsets int64[S+1],
-    prompt_lens int64[S].
-    """
+def generate_sequences(target: TargetModel, prompts: list[list[int]], batch_size: int, max_new_tokens: int) -> list[list[int]]:
+    """prompt + greedy response of each prompt, in order; batched by prompt length to keep padding small."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     sequences: dict[int, list[int]] = {}
-    for start in range(0, len(order), config.batch_size):
-        batch = order[start : start + config.batch_size]
-        for i, response in zip(batch, greedy_batch(target, [prompts[i] for i in batch], config.max_new_tokens)):
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        for i, response in zip(batch, greedy_batch(target, [prompts[i] for i in batch], max_new_tokens)):
             sequences[i] = prompts[i] + response
-    flat = [token for i in range(len(prompts)) for token in sequences[i]]
-    lengths = torch.tensor([len(sequences[i]) for i in range(len(prompts))])
+    return [sequences[i] for i in range(len(prompts))]
+
+
+def pack_tokens(prompts: list[list[int]], sequences: list[list[int]]) -> dict[str, torch.Tensor]:
+    """The token half of a shard: input_ids int32[T] (prompt + response of each sample, concatenated),
+    offsets int64[S+1], prompt_lens int64[S]."""
+    lengths = torch.tensor([len(seq) for seq in sequences])
     return {
-        "input_ids": torch.tensor(flat, dtype=torch.int32),
+        "input_ids": torch.tensor([token for seq in sequences for token in seq], dtype=torch.int32),
         "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)]),
         "prompt_lens": torch.tensor([len(p) for p in prompts], dtype=torch.long),
     }
+
+
+def generate_shards(target: TargetModel, shards: list[list[list[int]]], config: DistillConfig) -> list[dict[str, torch.Tensor]]:
+    """The token halves of several shards, generated together: with ``batch_size`` above ``shard_size``
+    (a GPU), one generation batch spans shards. Greedy responses do not depend on the batching."""
+    flat = [prompt for shard in shards for prompt in shard]
+    sequences = iter(generate_sequences(target, flat, config.batch_size, config.max_new_tokens))
+    return [pack_tokens(shard, [next(sequences) for _ in shard]) for shard in shards]
 
 
 def add_hidden(target: TargetModel, tokens: dict[str, torch.Tensor], config: DistillConfig) -> dict[str, torch.Tensor]:
@@ -150,10 +159,11 @@ def new_manifest(config: DistillConfig, identity: dict, prompt_info: dict | None
 
 
 def check_compatible(path: Path, manifest: dict, identity: dict, config: DistillConfig, growing: bool) -> None:
-    """Refuse a cache made from another target or with other settings (only ``train`` may differ)."""
+    """Refuse a cache made from another target or with other settings (``train`` may grow; ``batch_size``
+    is how the work is batched, not what it makes, so it may change between sittings)."""
     if manifest["target"] != identity:
         raise SpecbenchError(f"{path} was distilled from {manifest['target']['name']}, not {identity['name']}")
-    old = manifest["config"] | {"out": config.out}
+    old = manifest["config"] | {"out": config.out, "batch_size": config.batch_size}
     if old | {"train": config.train} != asdict(config) or (growing and config.train < old["train"]):
         raise SpecbenchError(f"{path} was distilled with other settings; choose another --out "
                              "(only --train may grow)")
@@ -196,41 +206,61 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
         raise SpecbenchError(f"--tokens-from {tokens_from}: not a distillation cache (no manifest.json)")
     if source_manifest is not None:
         check_compatible(Path(tokens_from), source_manifest, identity, config, growing=False)
+    sitting = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "device": str(target.device),
+               "dtype": str(target.dtype).removeprefix("torch."), "batch_size": config.batch_size,
+               "token_shards_made": 0, "shards_made": 0}
+    manifest.setdefault("sittings", []).append(sitting)  # where and how each part of the cache was made
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "manifest.json", manifest)
     from tqdm import tqdm
 
+    source = Path(tokens_from) if tokens_from else None
+    shards_per_batch = max(1, config.batch_size // config.shard_size)
     for split in SPLITS:
         prompts = prompt_ids.get(split, [])
+        chunks = [prompts[start : start + config.shard_size] for start in range(0, len(prompts), config.shard_size)]
         bar = tqdm(total=len(prompts), desc=f"distill {split}", unit="prompt", disable=not progress)
-        for number, start in enumerate(range(0, len(prompts), config.shard_size)):
-            chunk = prompts[start : start + config.shard_size]
-            tokens_file, shard_file = token_name(split, number), shard_name(split, number)
-            finished = tokens_file in manifest["token_shards"][split] if tokens_only else shard_file in manifest["shards"][split]
-            if finished:
+        counts = manifest["counts"].setdefault(split, {"samples": 0, "tokens": 0, "response_tokens": 0,
+                                                       "generate_seconds": 0.0, "hidden_seconds": 0.0})
+
+        def has_tokens(number: int) -> bool:
+            return token_name(split, number) in manifest["token_shards"][split]
+
+        def record_tokens(number: int, tokens: dict[str, torch.Tensor]) -> None:
+            save_atomic(tokens, out / token_name(split, number))
+            manifest["token_shards"][split].append(token_name(split, number))
+            counts["samples"] += len(tokens["prompt_lens"])
+            counts["tokens"] += int(tokens["input_ids"].numel())
+            counts["response_tokens"] += int(tokens["input_ids"].numel() - tokens["prompt_lens"].sum())
+            sitting["token_shards_made"] += 1
+            write_json(out / "manifest.json", manifest)
+
+        for number, chunk in enumerate(chunks):
+            shard_file = shard_name(split, number)
+            if has_tokens(number) if tokens_only else shard_file in manifest["shards"][split]:
                 bar.update(len(chunk))
                 continue
-            counts = manifest["counts"].setdefault(split, {"samples": 0, "tokens": 0, "response_tokens": 0,
-                                                           "generate_seconds": 0.0, "hidden_seconds": 0.0})
-            if tokens_file in manifest["token_shards"][split]:
-                tokens = load_file(str(out / tokens_file))
-            else:
-                began = time.perf_counter()
-                tokens = reused_tokens(Path(tokens_from) if tokens_from else None, source_manifest, tokens_file, chunk)
-                if tokens is None:
-                    tokens = generate_tokens(target, chunk, config)
+            if not has_tokens(number):
+                reused = reused_tokens(source, source_manifest, token_name(split, number), chunk)
+                if reused is not None:
+                    record_tokens(number, reused)
+                else:  # generate this shard and the next ones that need it, up to one batch
+                    group = [number]
+                    while (len(group) < shards_per_batch and group[-1] + 1 < len(chunks) and not has_tokens(group[-1] + 1)
+                           and reused_tokens(source, source_manifest, token_name(split, group[-1] + 1), chunks[group[-1] + 1]) is None):
+                        group.append(group[-1] + 1)
+                    began = time.perf_counter()
+                    made = generate_shards(target, [chunks[n] for n in group], config)
                     counts["generate_seconds"] += time.perf_counter() - began
-                save_atomic(tokens, out / tokens_file)
-                manifest["token_shards"][split].append(tokens_file)
-                counts["samples"] += len(chunk)
-                counts["tokens"] += int(tokens["input_ids"].numel())
-                counts["response_tokens"] += int(tokens["input_ids"].numel() - tokens["prompt_lens"].sum())
-                write_json(out / "manifest.json", manifest)
+                    for n, tokens in zip(group, made):
+                        record_tokens(n, tokens)
             if not tokens_only:
                 began = time.perf_counter()
+                tokens = load_file(str(out / token_name(split, number)))
                 save_atomic(add_hidden(target, tokens, config), out / shard_file)
                 manifest["shards"][split].append(shard_file)
                 counts["hidden_seconds"] += time.perf_counter() - began
+                sitting["shards_made"] += 1
                 write_json(out / "manifest.json", manifest)
             bar.update(len(chunk))
         bar.close()

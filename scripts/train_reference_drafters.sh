@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The whole-cache run of issue 10 on one GPU, as it was run (docs/training.md):
+#   1. finish the committed token cache (greedy responses; generation batches span shards),
+#   2. add the hidden states in WORK_DIR/cache,
+#   3. train every reference drafter, the candidates they are chosen from, and the learning-curve points,
+#      as parallel jobs on the one device (each job is launch-bound, so they share the GPU well).
+# Every job writes its checkpoint stem under WORK_DIR/ckpt and its log under WORK_DIR/logs; rerunning
+# the script resumes (finished distillation shards and training epochs are kept).
+#
+# Usage: scripts/train_reference_drafters.sh WORK_DIR
+# Environment: DEVICE (cuda), SPECBENCH (python3 -m specbench), TOKENS (the committed token cache),
+#              TRAIN (all), HELDOUT (64), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names).
+set -euo pipefail
+work=${1:?usage: $0 WORK_DIR}
+device=${DEVICE:-cuda}
+read -r -a sb <<< "${SPECBENCH:-python3 -m specbench}"
+tokens=${TOKENS:-data/distill-tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}
+cache=$work/cache
+mkdir -p "$work/logs" "$work/ckpt"
+common=(--model default --heldout "${HELDOUT:-64}" --device "$device" --no-progress)
+
+echo "$(date +%T) distill: responses"
+"${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --tokens-only --batch-size "${GEN_BATCH:-640}" \
+    --out "$tokens" > "$work/logs/distill-tokens.log" 2>&1
+echo "$(date +%T) distill: hidden states"
+"${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --batch-size 64 --tokens-from "$tokens" \
+    --out "$cache" > "$work/logs/distill-hidden.log" 2>&1
+
+counts=$(python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['counts']['train']; print(c['response_tokens'], c['samples'])" "$cache/manifest.json")
+read -r positions samples <<< "$counts"
+echo "$(date +%T) cache: $positions response tokens, $samples samples"
+
+train=(train --model default --cache "$cache" --device "$device" --threads 1 --no-progress)
+jobs=(
+  # name                     arguments
+  "medusa-full               medusa --epochs 2"
+  "medusa-v8k                medusa --epochs 2 --train-vocab 8192"
+  "hydra-v8k                 hydra --epochs 2 --train-vocab 8192"
+  "hydra-v8k-bf16            hydra --epochs 2 --train-vocab 8192 --dtype bfloat16"
+  "hydra-v8k-e4              hydra --epochs 4 --train-vocab 8192"
+  "ctc-t4n2                  ctc --num-slots 4 --num-labels 2 --train-vocab 8192"
+  "ctc-t5n3                  ctc --num-slots 5 --num-labels 3 --train-vocab 8192"
+  "ctc-t6n3                  ctc --num-slots 6 --num-labels 3 --train-vocab 8192"
+  "ctc-t4n2-all              ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --anchors-per-sample 0"
+  "ctc-ce-t4n2               ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192"
+  "ctc-ce-t6n3               ctc-ce --num-slots 6 --num-labels 3 --train-vocab 8192"
+)
+for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
+  jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")
+  jobs+=("lc${fraction}-hydra-v8k     hydra --epochs 2 --train-vocab 8192 --max-train-positions $((positions / fraction))")
+  jobs+=("lc${fraction}-ctc-t4n2      ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --max-train-samples $((samples / fraction))")
+  jobs+=("lc${fraction}-ctc-ce-t4n2   ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --max-train-samples $((samples / fraction))")
+done
+
+pids=()
+for job in "${jobs[@]}"; do
+  read -r name args <<< "$job"
+  [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]] && continue
+  [[ -f "$work/ckpt/$name.json" ]] && continue
+  read -r -a argv <<< "$args"
+  echo "$(date +%T) start $name"
+  "${sb[@]}" "${train[@]}" "${argv[@]}" --out "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+echo "$(date +%T) done (status $status)"
+exit $status
