@@ -1,0 +1,52 @@
+"""One row per training recipe (``*.json`` next to a checkpoint) in the given folders: data size, epochs,
+time, held-out top-1 per head or slot, and the offline tau at a tree budget (heads: the static tree's
+expected acceptance from the held-out per-rank accuracies; ctc: the held-out walk of the CTC transform's
+tree). Used for the learning-curve and recipe-choice tables in docs/training.md.
+
+    python scripts/recipe_table.py runs/gpu/ckpt [--budget 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specbench.drafters.static_tree import StaticTree
+
+
+def offline_tau(recipe: dict, budget: int) -> float | None:
+    metrics = recipe["metrics"]
+    if "heldout_tau_by_budget" in metrics:
+        return metrics["heldout_tau_by_budget"].get(str(budget))
+    accuracy = metrics["heldout_topk_accuracy"]
+    return StaticTree.from_accuracies(accuracy, budget).expected_accepted(accuracy)
+
+
+def row(path: Path, budget: int) -> str:
+    recipe = json.loads(path.read_text())
+    hyper, data, metrics = recipe["hyperparameters"], recipe["data"], recipe["metrics"]
+    size = data.get("train_positions") or data.get("train_samples")
+    unit = "positions" if "train_positions" in data else "samples"
+    top1 = metrics.get("heldout_top1")
+    quality = (" / ".join(f"{a:.3f}" for a in top1) if top1 else f"loss {metrics['heldout_loss']:.3f}")
+    tau = offline_tau(recipe, budget)
+    seconds = recipe.get("training_seconds", 0.0)
+    return (f"| {path.stem} | {recipe['method']} | {size:,} {unit} | {hyper['epochs']} | {seconds:,.0f} s | "
+            f"{quality} | {tau:.3f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--budget", type=int, default=16)
+    args = parser.parse_args()
+    print(f"| recipe | method | training data | epochs | time | held-out top-1 per head (or loss) | offline tau @{args.budget} |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for folder in args.folders:
+        for path in sorted(folder.glob("*.json")):
+            print(row(path, args.budget))
+
+
+if __name__ == "__main__":
+    main()
