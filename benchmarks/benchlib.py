@@ -1,8 +1,8 @@
 """Shared set-up for the step-cost measurements: ``verify_cost.py`` and the pytest-benchmark suite
 (``benchmarks/test_micro_*.py``, see docs/benchmarks.md).
 
-- Verification trees of a given size and shape, a prefilled cache, and `rewind`, which drops a tree
-  step's slots from the cache so the next round verifies against exactly the same prefix.
+- Verification trees of a given size and shape, a prefilled cache, and `rewind` (from `specbench.profile`,
+  which `specbench profile` uses too), so every round verifies against exactly the same prefix.
 - `record_decode_state`: a drafter's state after a prefill and a few real decode steps, recorded by
   running `specbench.harness.loop.generate` itself, and replayable so that every benchmark round proposes
   from the same state.
@@ -25,28 +25,10 @@ from specbench import kv
 from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel
+from specbench.profile import (BUSHY_FANOUT, ROOT_TOKEN, TREE_SHAPES, prefilled_cache, rewind,  # noqa: F401 (re-exported)
+                               synthetic_prefix, tree_of_size)
 from specbench.tree import DraftTree
 from specbench.verify import VerifyOutcome
-
-#: Tree shapes: "chain" = root then n - 1 nodes in one line (ngram, CTC beams); "bushy" = breadth-first
-#: complete tree with `BUSHY_FANOUT` children per node (static Medusa/Hydra-like trees: wide and shallow).
-TREE_SHAPES = ("chain", "bushy")
-BUSHY_FANOUT = 4
-ROOT_TOKEN = 5  # the synthetic trees' root; the other nodes are ids 10, 11, ... (the cost ignores ids)
-
-
-def tree_of_size(n: int, shape: str = "chain", root: int = ROOT_TOKEN) -> DraftTree:
-    """A verification tree of ``n`` nodes (root included) in ``shape`` (see `TREE_SHAPES`)."""
-    if n < 1:
-        raise ValueError("a tree has at least its root")
-    drafts = list(range(10, 9 + n))
-    if shape == "chain":
-        return DraftTree.chain(root, drafts)
-    if shape == "bushy":
-        parents = [-1] + [(i - 1) // BUSHY_FANOUT for i in range(1, n)]  # node i's parent precedes it
-        return DraftTree(torch.tensor([root, *drafts], dtype=torch.long), torch.tensor(parents, dtype=torch.long))
-    raise ValueError(f"unknown tree shape {shape!r}; choose one of {', '.join(TREE_SHAPES)}")
-
 
 def first_turn_prompts(target: TargetModel, bench: str, count: int) -> list[list[int]]:
     """Prompt ids of the first turns of the first ``count`` questions of ``bench`` (chat template applied)."""
@@ -55,30 +37,6 @@ def first_turn_prompts(target: TargetModel, bench: str, count: int) -> list[list
 
     builder = PromptBuilder(target.tokenizer)
     return [builder.build(q.turns[:1], []) for q in load_questions(resolve_bench(bench))[:count]]
-
-
-def synthetic_prefix(length: int) -> torch.Tensor:
-    """Token ids LongTensor[length] (100, 101, ...): a prefix whose content does not matter, only its length
-    (a dense forward costs the same for any ids)."""
-    return torch.arange(100, 100 + length, dtype=torch.long)
-
-
-def prefilled_cache(target: TargetModel, prefix: torch.Tensor):
-    """A fresh KV cache holding ``prefix`` (LongTensor[L]): L positions, as after the loop's prefill."""
-    cache = target.new_cache()
-    target.prefill(prefix, cache)
-    return cache
-
-
-def rewind(cache, past: int) -> None:
-    """Drop every slot after the first ``past`` from ``cache`` (what a verification step appended), so the
-    next forward sees the same prefix. `kv.commit_path` with an empty path keeps none of the tree's slots;
-    transformers' own ``crop`` changed meaning within 5.x, so the project's KV module does it."""
-    extra = kv.cached_length(cache) - past
-    if extra < 0:
-        raise ValueError(f"cache holds {kv.cached_length(cache)} positions, fewer than {past}")
-    if extra:
-        kv.commit_path(cache, past, [], extra)
 
 
 # ---- a drafter's state after a few decode steps -------------------------------------------------------

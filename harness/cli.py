@@ -28,6 +28,10 @@ COMMAND_LIST = [
      "specbench report runs/mt"),
     ("export", "write a run's answers in another tool's layout (Spec-Bench)",
      "specbench export runs/mt --format spec-bench --out specbench-export"),
+    ("profile", "time one verification forward by tree size on this machine (cached; recorded in runs)",
+     "specbench profile --model default --threads 2"),
+    ("replay", "tau by tree budget for every drafter, replayed on recorded greedy trajectories (greedy only)",
+     "specbench replay --drafters ngram,hydra --bench mt_bench --limit 2 --budgets 1,2,4,8,16"),
     ("list-drafters", "every registered drafter and where it comes from", "specbench list-drafters"),
     ("distill", "self-distillation data for training drafters (the target answers ShareGPT prompts)",
      "specbench distill --model default --train 2000"),
@@ -137,8 +141,41 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     run.add_argument("--drafter-option", action="append", default=[], metavar="DRAFTER.OPTION=VALUE",
                      help="a drafter-specific option, e.g. ngram.max_depth=6 (repeatable)")
+    run.add_argument("--profile", default=None, metavar="FILE",
+                     help="verify-cost profile to record (default: the one `specbench profile` cached for this machine)")
     run.add_argument("--no-warmup", action="store_true", help="skip the warm-up question")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    profile = command("profile")
+    profile.add_argument("--model", default="default", help="'default', a model directory or a .gguf file")
+    profile.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    profile.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
+    profile.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    profile.add_argument("--sizes", type=_csv, default=["1", "2", "3", "4", "6", "8", "12", "16", "24", "32", "48", "64"],
+                         help="tree sizes to time, root included")
+    profile.add_argument("--shapes", type=_csv, default=["chain", "bushy"], help="tree shapes: chain, bushy")
+    profile.add_argument("--prefix", type=int, default=300, help="cached prefix length (tokens)")
+    profile.add_argument("--repeats", type=int, default=7, help="timed forwards per size; the median is kept")
+    profile.add_argument("--force", action="store_true", help="measure again even if this machine's profile is cached")
+    profile.add_argument("--out", default=None, help="also write the profile to this file")
+
+    replay = command("replay")
+    replay.add_argument("--model", default="default", help="'default', a model directory or a .gguf file")
+    replay.add_argument("--drafters", type=_csv, default=["all"], help="comma-separated names, or 'all' (default)")
+    replay.add_argument("--bench", default="demo", help="demo (default), mt_bench, spec_bench, or a question.jsonl path")
+    replay.add_argument("--categories", type=_csv, default=None, help="comma-separated categories to keep")
+    replay.add_argument("--limit", type=int, default=None, help="at most N questions from each category")
+    replay.add_argument("--max-new-tokens", type=int, default=128, help="token cap per turn")
+    replay.add_argument("--budgets", type=_csv, default=["1", "2", "3", "4", "6", "8", "12", "16", "24", "32"],
+                        help="tree budgets to replay each drafter at")
+    replay.add_argument("--drafter-option", action="append", default=[], metavar="DRAFTER.OPTION=VALUE",
+                        help="a drafter-specific option (repeatable)")
+    replay.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    replay.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
+    replay.add_argument("--template", default=None, help="FastChat conversation template")
+    replay.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    replay.add_argument("--out", default=None, help="CSV file for the rows (default: print only)")
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     command("list-drafters")
 
@@ -229,7 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         bench=args.bench, categories=args.categories, limit=args.limit, max_new_tokens=args.max_new_tokens,
         tree_budget=args.tree_budget, repeats=args.repeats, breakdown=args.breakdown, device=args.device,
         dtype=args.dtype, template=args.template, seed=args.seed, threads=args.threads, warmup=not args.no_warmup,
-        resume=args.resume, drafter_options=_drafter_options(args.drafter_option),
+        resume=args.resume, drafter_options=_drafter_options(args.drafter_option), profile=args.profile,
     )
     run = Run(config, progress=not args.no_progress)
     try:
@@ -241,6 +278,88 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = write_summary(out)
     print(format_table(summary))
     print(f"\nresults: {out}/answers/*.jsonl, {out}/summary.csv, {out}/manifest.json")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.model import cache_root, check_device, load_target
+    from specbench.profile import TREE_SHAPES, cache_path, load_profile, measure_profile, profile_key, save_profile
+
+    try:
+        sizes = sorted({int(n) for n in args.sizes})
+    except ValueError:
+        raise SpecbenchError(f"--sizes must be comma-separated integers, got {','.join(args.sizes)}") from None
+    if not sizes or sizes[0] < 1:
+        raise SpecbenchError("--sizes must be tree sizes of at least 1 (the root)")
+    unknown = [shape for shape in args.shapes if shape not in TREE_SHAPES]
+    if unknown or not args.shapes:
+        raise SpecbenchError(f"--shapes must be from {', '.join(TREE_SHAPES)}, got {','.join(args.shapes)}")
+    for name in ("threads", "prefix", "repeats"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise SpecbenchError(f"--{name} must be at least 1")
+    if args.out and Path(args.out).is_dir():
+        raise SpecbenchError(f"--out {args.out} is a directory; give a file name")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    check_device(args.device)
+    target = load_target(args.model, args.device, args.dtype)
+    path = cache_path(profile_key(target), cache_root())
+    if path.exists() and not args.force:
+        profile = load_profile(path)
+        print(f"cached profile {path} (measured {profile.measured}; --force measures again)", file=sys.stderr)
+    else:
+        profile = measure_profile(target, sizes, args.shapes, args.prefix, args.repeats)
+        save_profile(profile, path)
+        print(f"wrote {path}", file=sys.stderr)
+    if args.out:
+        save_profile(profile, Path(args.out))
+    key = profile.key
+    print(f"{key['model']} on {key['device_name']} ({key['device']}, {key['dtype']}, {key['threads']} threads, "
+          f"torch {key['torch']}); prefix {profile.prefix} tokens, median of {profile.repeats}")
+    print(profile.table())
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.harness.runner import RunConfig
+    from specbench.model import load_target
+    from specbench.prompts import PromptBuilder
+    from specbench.questions import load_questions, resolve_bench, select_questions
+    from specbench.registry import create_drafter
+    from specbench.replay import question_trajectories, sweep
+
+    try:
+        budgets = sorted({int(b) for b in args.budgets})
+    except ValueError:
+        raise SpecbenchError(f"--budgets must be comma-separated integers, got {','.join(args.budgets)}") from None
+    if not budgets or budgets[0] < 1:
+        raise SpecbenchError("--budgets must be tree budgets of at least 1")
+    if args.out and Path(args.out).is_dir():
+        raise SpecbenchError(f"--out {args.out} is a directory; give a CSV file name")
+    config = RunConfig(out=".", model=args.model, drafters=args.drafters, bench=args.bench, limit=args.limit,
+                       max_new_tokens=args.max_new_tokens, threads=args.threads, device=args.device,
+                       drafter_options=_drafter_options(args.drafter_option))
+    config.check()
+    questions = select_questions(load_questions(resolve_bench(args.bench)), args.categories, args.limit)
+    drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in config.ordered_drafters()}
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target = load_target(args.model, args.device, args.dtype)
+    prompts = PromptBuilder(target.tokenizer, args.template)
+    turns = [(q.category, t) for q in questions for t in question_trajectories(target, prompts, q, args.max_new_tokens)]
+    table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+    overall = table[table.category == "overall"].pivot(index="drafter", columns="budget", values="tau")
+    print("replayed tau by tree budget (overall; greedy verification):")
+    print(overall.loc[list(drafters)].to_string(float_format=lambda v: f"{v:.2f}"))
+    if args.out:
+        print(f"rows: {args.out}")
     return 0
 
 
@@ -404,7 +523,7 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
     return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
 
 
-COMMANDS = {"export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
+COMMANDS = {"replay": cmd_replay, "profile": cmd_profile, "export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

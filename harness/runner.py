@@ -58,6 +58,7 @@ class RunConfig:
     warmup: bool = True
     resume: bool = False
     drafter_options: dict[str, dict] = field(default_factory=dict)
+    profile: str | None = None  # a verify-cost profile file (default: the cached one for this machine, if any)
 
     def __post_init__(self) -> None:
         if isinstance(self.drafters, str):
@@ -84,6 +85,10 @@ class RunConfig:
         if not model_given and self.model != "default" and not Path(self.model).expanduser().exists():
             raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, or 'default')")
         check_device(self.device)
+        if self.profile is not None:
+            from specbench.profile import load_profile
+
+            load_profile(Path(self.profile))  # a bad file stops the run before the model loads
 
     def ordered_drafters(self) -> list[str]:
         """Vanilla first (when asked for), then the others in the order given."""
@@ -97,6 +102,16 @@ def _git_sha() -> str | None:
         return sha.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
+    """The verify-cost profile this run records: the one given (``--profile``), else the cached one
+    measured for this model, device, dtype, threads and torch version by `specbench profile`, else None."""
+    from specbench.model import cache_root
+    from specbench.profile import cached_profile, load_profile
+
+    profile = load_profile(Path(config.profile)) if config.profile else cached_profile(target, cache_root())
+    return None if profile is None else profile.to_json() | {"source": config.profile or "cache"}
 
 
 def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, questions: list[Question]) -> dict:
@@ -119,6 +134,7 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                         "processor": platform.processor(), "cpu_count": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(),
                         "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None},
+        "profile": run_profile(config, target),
     }
 
 

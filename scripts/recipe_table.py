@@ -45,7 +45,8 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for folder in args.folders:
         for path in sorted(folder.glob("*.json")):
-            print(row(path, args.budget))
+            if "hyperparameters" in json.loads(path.read_text()):  # recipes only (not manifests)
+                print(row(path, args.budget))
 
 
 if __name__ == "__main__":

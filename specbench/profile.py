@@ -1,0 +1,232 @@
+"""Verify-cost profiles: what one verification forward costs, by tree size, on one machine.
+
+A speedup is tau times the ratio of a 1-node step's cost to a b-node step's cost, so the tree budget a
+drafter should run at depends on the hardware: on a 2-core CPU a 16-node verify costs ~2x a 1-node step,
+on a GPU ~64 nodes cost what one does. A profile records t_verify(n) for a grid of tree sizes and two
+shapes (a chain, as ngram and CTC beams draft, and a bushy tree, as Medusa/Hydra static trees do),
+each the median of repeats against a fixed cached prefix.
+
+A profile is keyed by everything that changes the numbers (model hash, device name, dtype, torch threads,
+torch version), cached under ``$SPECBENCH_CACHE/profiles/`` and written into each run's manifest. It is a
+small JSON file, so one measured elsewhere can be passed with ``--profile FILE`` to predict speedups on
+hardware the reader does not have.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from specbench import kv
+from specbench.errors import SpecbenchError
+from specbench.tree import DraftTree
+
+PROFILE_FORMAT = 1
+DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: Tree shapes: "chain" = root then n - 1 nodes in one line (ngram, CTC beams); "bushy" = breadth-first
+#: complete tree with `BUSHY_FANOUT` children per node (static Medusa/Hydra-like trees: wide and shallow).
+TREE_SHAPES = ("chain", "bushy")
+BUSHY_FANOUT = 4
+ROOT_TOKEN = 5  # the synthetic trees' root; the other nodes are ids 10, 11, ... (the cost ignores ids)
+
+
+def tree_of_size(n: int, shape: str = "chain", root: int = ROOT_TOKEN) -> DraftTree:
+    """A verification tree of ``n`` nodes (root included) in ``shape`` (see `TREE_SHAPES`)."""
+    if n < 1:
+        raise ValueError("a tree has at least its root")
+    drafts = list(range(10, 9 + n))
+    if shape == "chain":
+        return DraftTree.chain(root, drafts)
+    if shape == "bushy":
+        parents = [-1] + [(i - 1) // BUSHY_FANOUT for i in range(1, n)]  # node i's parent precedes it
+        return DraftTree(torch.tensor([root, *drafts], dtype=torch.long), torch.tensor(parents, dtype=torch.long))
+    raise ValueError(f"unknown tree shape {shape!r}; choose one of {', '.join(TREE_SHAPES)}")
+
+
+def synthetic_prefix(length: int) -> torch.Tensor:
+    """Token ids LongTensor[length] (100, 101, ...): a prefix whose content does not matter, only its length
+    (a dense forward costs the same for any ids)."""
+    return torch.arange(100, 100 + length, dtype=torch.long)
+
+
+def prefilled_cache(target, prefix: torch.Tensor):
+    """A fresh KV cache holding ``prefix`` (LongTensor[L]): L positions, as after the loop's prefill."""
+    cache = target.new_cache()
+    target.prefill(prefix, cache)
+    return cache
+
+
+def rewind(cache, past: int) -> None:
+    """Drop every slot after the first ``past`` from ``cache`` (what a verification step appended), so the
+    next forward sees the same prefix. `kv.commit_path` with an empty path keeps none of the tree's slots."""
+    extra = kv.cached_length(cache) - past
+    if extra < 0:
+        raise ValueError(f"cache holds {kv.cached_length(cache)} positions, fewer than {past}")
+    if extra:
+        kv.commit_path(cache, past, [], extra)
+
+
+@dataclass
+class VerifyProfile:
+    """t_verify(n) in milliseconds per tree shape, for the machine and model in ``key``."""
+
+    key: dict  # model, model_sha256, device, device_name, dtype, threads, torch
+    sizes: list[int]
+    ms: dict[str, list[float]]  # shape -> median ms per size, aligned with ``sizes``
+    prefix: int = 300
+    repeats: int = 7
+    measured: str = ""
+    host: str = field(default_factory=platform.node)
+    format: int = PROFILE_FORMAT
+
+    def cost_ms(self, n: int, shape: str | None = None) -> float:
+        """t_verify(n): linear between measured sizes, the mean over shapes unless one is named; beyond
+        the grid the last segment's slope is kept."""
+        if n < 1:
+            raise ValueError("a tree has at least its root")
+        rows = [self.ms[shape]] if shape else list(self.ms.values())
+        values = [statistics.fmean(column) for column in zip(*rows)]
+        sizes = self.sizes
+        if len(sizes) == 1:
+            return values[0]
+        for i in range(1, len(sizes)):
+            if n <= sizes[i] or i == len(sizes) - 1:
+                a, b = sizes[i - 1], sizes[i]
+                return values[i - 1] + (values[i] - values[i - 1]) * (n - a) / (b - a)
+        raise AssertionError("unreachable")
+
+    def relative(self, n: int, shape: str | None = None) -> float:
+        """t_verify(n) / t_verify(1)."""
+        return self.cost_ms(n, shape) / self.cost_ms(1, shape)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object, source: str) -> "VerifyProfile":
+        """Check a profile read from ``source``; a bad one is a one-line `SpecbenchError`."""
+        def bad(why: str) -> SpecbenchError:
+            return SpecbenchError(f"{source} is not a verify-cost profile: {why}")
+
+        if not isinstance(data, dict):
+            raise bad("expected a JSON object")
+        if data.get("format") != PROFILE_FORMAT:
+            raise bad(f"format {data.get('format')!r}, expected {PROFILE_FORMAT}")
+        sizes, ms, key = data.get("sizes"), data.get("ms"), data.get("key")
+        if not isinstance(key, dict):
+            raise bad("no 'key' object")
+        if not isinstance(sizes, list) or not sizes or not all(isinstance(n, int) and n >= 1 for n in sizes):
+            raise bad("'sizes' must be a non-empty list of tree sizes >= 1")
+        if sizes != sorted(set(sizes)):
+            raise bad("'sizes' must be increasing")
+        if not isinstance(ms, dict) or not ms:
+            raise bad("'ms' must map tree shapes to times")
+        for shape, values in ms.items():
+            if not isinstance(values, list) or len(values) != len(sizes):
+                raise bad(f"'ms.{shape}' must hold one time per size ({len(sizes)})")
+            if not all(isinstance(v, (int, float)) and v > 0 for v in values):
+                raise bad(f"'ms.{shape}' must hold positive milliseconds")
+        fields = {name: data[name] for name in ("prefix", "repeats", "measured", "host") if name in data}
+        return cls(key=key, sizes=sizes, ms={s: [float(v) for v in vs] for s, vs in ms.items()}, **fields)
+
+    def table(self) -> str:
+        """Markdown table: ms per shape and the ratio to one node."""
+        shapes = list(self.ms)
+        lines = ["| nodes | " + " | ".join(f"{s} ms | {s} x1" for s in shapes) + " |",
+                 "| ---: | " + " | ".join("---: | ---:" for _ in shapes) + " |"]
+        for i, n in enumerate(self.sizes):
+            cells = " | ".join(f"{self.ms[s][i]:.2f} | {self.ms[s][i] / self.ms[s][0]:.2f}" for s in shapes)
+            lines.append(f"| {n} | {cells} |")
+        return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def profile_key(target, threads: int | None = None) -> dict:
+    """What a profile's numbers depend on."""
+    device = target.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
+            "device": device.type, "device_name": name, "dtype": str(target.dtype).removeprefix("torch."),
+            "threads": threads or torch.get_num_threads(), "torch": torch.__version__}
+
+
+def cache_path(key: dict, root: Path) -> Path:
+    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>.json``."""
+    safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
+                   f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
+                   f"-torch{key['torch']}")
+    return root / "profiles" / f"{safe}.json"
+
+
+@torch.inference_mode()
+def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int = 300, repeats: int = 7,
+                    warmup: int = 2) -> VerifyProfile:
+    """Time one verification forward per (shape, size): median of ``repeats`` after ``warmup`` untimed
+    ones, each against the same ``prefix``-token cache (the tree's slots are dropped after each)."""
+    from specbench.timing import wall_clock
+
+    if repeats < 1 or prefix < 1 or not sizes:
+        raise SpecbenchError("a profile needs at least one size, one repeat and a prefix of one token")
+    vocab = target.lm_head.weight.shape[0]
+    cache = prefilled_cache(target, synthetic_prefix(prefix) % vocab)
+    ms: dict[str, list[float]] = {}
+    for shape in shapes:
+        ms[shape] = []
+        for n in sizes:
+            tree = tree_of_size(n, shape)
+            times = []
+            for attempt in range(warmup + repeats):
+                start = wall_clock(target.device)
+                target.forward_tree(tree, cache)
+                elapsed = (wall_clock(target.device) - start) * 1000
+                rewind(cache, prefix)
+                if attempt >= warmup:
+                    times.append(elapsed)
+            ms[shape].append(statistics.median(times))
+    return VerifyProfile(key=profile_key(target), sizes=list(sizes), ms=ms, prefix=prefix, repeats=repeats,
+                         measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+
+def load_profile(path: Path) -> VerifyProfile:
+    """Read a profile file; any problem is a one-line `SpecbenchError` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecbenchError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecbenchError(f"{path} is not a verify-cost profile: not JSON ({exc.msg}, line {exc.lineno})") from None
+    return VerifyProfile.from_json(data, str(path))
+
+
+def save_profile(profile: VerifyProfile, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(profile.to_json(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def cached_profile(target, root: Path) -> VerifyProfile | None:
+    """The cached profile for this target, device, dtype, threads and torch version, if one was measured."""
+    path = cache_path(profile_key(target), root)
+    return load_profile(path) if path.exists() else None

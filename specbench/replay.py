@@ -1,0 +1,181 @@
+"""Replay: any drafter at any tree budget against a recorded greedy trajectory, without the target.
+
+Under greedy verification the accepted path depends only on the target's greedy continuation: a node is
+accepted when it and all its ancestors match the continuation. So once a prompt's *trajectory* is known
+(its greedy continuation and the target's hidden state at every position), the target's answers to any
+tree are known too. `TrajectoryTarget` gives them, and the one decode loop (`harness.loop.generate`) runs
+unchanged: a drafter cannot tell replay from a real run. Tau and acceptance by depth come out as in a
+timed run, up to fp rounding. The replayed hidden states come from one sequential forward, a real run's
+from tree forwards, and a drafter's near-tie can fall the other way. The draft stage's time is the
+drafter's own cost; the verify stage costs nothing here (predict it from a `VerifyProfile`).
+
+Replay is for greedy decoding only: under sampling the accepted path depends on random draws.
+
+Terms: *trajectory* = prompt ids, greedy continuation ids (the root first), hidden states
+[prompt + continuation, H]; *on-trajectory node* = a tree node whose path from the root spells the
+continuation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench import kv
+from specbench.drafter import Drafter
+from specbench.errors import SpecbenchError
+from specbench.tree import DraftTree
+
+
+@dataclass
+class Trajectory:
+    """One prompt's greedy continuation and the target's hidden states along it.
+
+    prompt:       LongTensor[P]
+    continuation: LongTensor[N] greedy tokens, the root (first new token) first; ends at EOS or the cap
+    hidden:       Tensor[P + N, H] last-layer hidden states (after the final norm) at every position
+    """
+
+    prompt: torch.Tensor
+    continuation: torch.Tensor
+    hidden: torch.Tensor
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt, self.continuation])
+
+
+@torch.inference_mode()
+def record_trajectory(target, prompt_ids: list[int], max_new_tokens: int) -> Trajectory:
+    """Plain greedy decoding of ``prompt_ids`` through the loop (vanilla drafter), then one forward over
+    prompt + continuation for the hidden states."""
+    from specbench.drafters.vanilla import VanillaDrafter
+    from specbench.harness.loop import generate
+
+    result = generate(target, VanillaDrafter(), prompt_ids, max_new_tokens, 1)
+    ids = torch.tensor(prompt_ids + result.output_ids, dtype=torch.long)
+    hidden = target.decoder(input_ids=ids[None].to(target.device)).last_hidden_state[0]  # [P + N, H]
+    return Trajectory(ids[: len(prompt_ids)], ids[len(prompt_ids):], hidden)
+
+
+class TrajectoryTarget:
+    """Stands in for the target in `generate`, answering from a `Trajectory` (see the module docstring).
+
+    Off-trajectory nodes get a logits row whose argmax is token 0 and zero hidden states: neither can
+    matter, since such a node is never accepted and neither is anything below it."""
+
+    def __init__(self, target, trajectory: Trajectory) -> None:
+        self.target, self.trajectory = target, trajectory
+        self.device, self.eos_ids, self.handle, self.name = target.device, target.eos_ids, target.handle, target.name
+        self.vocab_size = target.lm_head.weight.shape[0]
+        self._ids = trajectory.ids.tolist()
+        self._past = 0
+
+    def new_cache(self):
+        return kv.new_cache()  # stays empty: nothing is computed, so nothing is cached
+
+    def _logits(self, next_tokens: list[int]) -> torch.Tensor:
+        """[n, V]: row i's argmax is next_tokens[i] (token 0 where unknown)."""
+        logits = torch.zeros(len(next_tokens), self.vocab_size, device=self.device)
+        logits[torch.arange(len(next_tokens)), torch.tensor(next_tokens)] = 1.0
+        return logits
+
+    def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        prompt = self.trajectory.prompt
+        if input_ids.shape != prompt.shape or not torch.equal(input_ids.cpu(), prompt):
+            raise SpecbenchError("replay: the prompt differs from the recorded trajectory's")
+        self._past = len(prompt)
+        return self._logits([self._ids[self._past]])[0], self.trajectory.hidden[: self._past]
+
+    def forward_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [n, V] and hidden [n, H] for the tree rooted at position ``past`` (the root's)."""
+        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths()
+        on = [False] * len(tokens)
+        for i, (token, parent, depth) in enumerate(zip(tokens, parents, depths)):
+            position = self._past + depth
+            on[i] = (parent < 0 or on[parent]) and position < len(self._ids) and self._ids[position] == token
+        positions = [self._past + d for d in depths]
+        next_tokens = [self._ids[p + 1] if on[i] and p + 1 < len(self._ids) else 0 for i, p in enumerate(positions)]
+        hidden = torch.zeros(len(tokens), self.trajectory.hidden.shape[1], dtype=self.trajectory.hidden.dtype,
+                             device=self.trajectory.hidden.device)
+        rows = [i for i in range(len(tokens)) if on[i] and positions[i] < self.trajectory.hidden.shape[0]]
+        if rows:
+            hidden[rows] = self.trajectory.hidden[[positions[i] for i in rows]]
+        # the loop commits the accepted path: the on-trajectory chain the verifier will accept
+        self._past += len(_accepted_chain(parents, on))
+        return self._logits(next_tokens), hidden
+
+
+def _accepted_chain(parents: list[int], on: list[bool]) -> list[int]:
+    """The deepest on-trajectory root-to-node path (what greedy verification accepts)."""
+    depth = [0] * len(parents)
+    best = 0
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            depth[i] = depth[parent] + 1
+        if on[i] and depth[i] > depth[best]:
+            best = i
+    chain = []
+    while best >= 0:
+        chain.append(best)
+        best = parents[best]
+    return chain[::-1]
+
+
+def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int, budget: int):
+    """`generate` with ``drafter`` at ``budget`` against ``trajectory``; returns the `TurnResult` (stage
+    times on, so ``step.stage_ms['draft']`` is the drafter's own cost). Its output must be the trajectory's
+    continuation; anything else is a bug in the drafter or the replay, and is raised."""
+    from specbench.harness.loop import generate
+
+    stand_in = TrajectoryTarget(target, trajectory)
+    result = generate(stand_in, drafter, trajectory.prompt.tolist(), max_new_tokens, budget, breakdown=True)
+    expected = trajectory.continuation.tolist()[:max_new_tokens]
+    if result.output_ids != expected:
+        raise SpecbenchError(f"replay of {type(drafter).__name__} left the recorded trajectory "
+                             f"(first difference at token {next(i for i, (a, b) in enumerate(zip(result.output_ids + [None], expected + [None])) if a != b)})")
+    return result
+
+
+def question_trajectories(target, prompts, question, max_new_tokens: int) -> list[Trajectory]:
+    """One trajectory per turn, each turn prompted with the greedy answers before it (as a run does)."""
+    answers: list[str] = []
+    trajectories = []
+    for turn in range(len(question.turns)):
+        trajectory = record_trajectory(target, prompts.build(question.turns[: turn + 1], answers), max_new_tokens)
+        trajectories.append(trajectory)
+        answers.append(prompts.answer_text(trajectory.continuation.tolist()))
+    return trajectories
+
+
+def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajectory]], budgets: list[int],
+          max_new_tokens: int, progress: bool = False) -> "pandas.DataFrame":
+    """Replay every drafter at every budget over ``turns`` ((category, trajectory) pairs); one row per
+    drafter, budget and category (plus ``overall``): tau, steps, mean draft ms per step (the drafter's own
+    propose cost, transform included), and unconditional acceptance by depth."""
+    import pandas as pd
+    from tqdm import tqdm
+
+    from specbench import metrics
+
+    rows = []
+    bar = tqdm(total=len(drafters) * len(budgets) * len(turns), desc="replay", unit="turn", disable=not progress)
+    for name, drafter in drafters.items():
+        for budget in budgets:
+            steps_by_category: dict[str, list] = {}
+            for category, trajectory in turns:
+                result = replay(target, drafter, trajectory, max_new_tokens, budget)
+                steps_by_category.setdefault(category, []).extend(result.steps)
+                bar.update(1)
+            groups = dict(sorted(steps_by_category.items()))
+            groups["overall"] = [step for steps in steps_by_category.values() for step in steps]
+            for category, steps in groups.items():
+                lengths = [s.accepted for s in steps]
+                draft = [s.stage_ms.get("draft", 0.0) + s.stage_ms.get("transform", 0.0) for s in steps]
+                by_depth, _ = metrics.acceptance_by_depth(lengths, proposed_depths=[s.depth for s in steps])
+                rows.append({"drafter": name, "budget": budget, "category": category, "tau": metrics.tau(lengths),
+                             "steps": len(steps), "tokens": sum(lengths), "draft_ms": sum(draft) / max(len(draft), 1),
+                             "acceptance_by_depth": " ".join(f"{a:.3f}" for a in by_depth)})
+    bar.close()
+    return pd.DataFrame(rows)

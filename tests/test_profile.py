@@ -1,0 +1,91 @@
+"""Verify-cost profiles: measured on a tiny model, cached per machine key, loaded from a file, checked
+(one-line errors for bad files), interpolated, and recorded in a run's manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import build_tiny_model, make_target
+from specbench.errors import SpecbenchError
+from specbench.profile import (VerifyProfile, cache_path, cached_profile, load_profile, measure_profile, profile_key,
+                               save_profile)
+from test_cli import assert_one_line_error, run_cli
+
+
+def synthetic(ms_chain, ms_bushy=None, sizes=(1, 2, 4, 8)) -> VerifyProfile:
+    ms = {"chain": list(ms_chain)} | ({"bushy": list(ms_bushy)} if ms_bushy else {})
+    return VerifyProfile(key={"model": "m", "model_sha256": "0" * 64, "device": "cpu", "device_name": "x",
+                              "dtype": "float32", "threads": 2, "torch": "2"}, sizes=list(sizes), ms=ms)
+
+
+def test_measured_on_a_tiny_model_round_trips_and_is_cached_by_key(tmp_path):
+    target = make_target(build_tiny_model("llama"))
+    profile = measure_profile(target, sizes=[1, 3, 8], shapes=["chain", "bushy"], prefix=20, repeats=2, warmup=1)
+    assert profile.sizes == [1, 3, 8] and set(profile.ms) == {"chain", "bushy"}
+    assert all(len(v) == 3 and min(v) > 0 for v in profile.ms.values())
+    assert profile.key == profile_key(target) and profile.key["device"] == "cpu"
+    assert cached_profile(target, tmp_path) is None
+    path = save_profile(profile, cache_path(profile.key, tmp_path))
+    assert cached_profile(target, tmp_path) == load_profile(path) == profile
+    other_threads = profile.key | {"threads": profile.key["threads"] + 1}
+    assert cache_path(other_threads, tmp_path) != path
+    assert "| 8 |" in profile.table()
+
+
+def test_cost_is_interpolated_between_sizes_and_averaged_over_shapes():
+    profile = synthetic([10, 12, 16, 24], [10, 14, 18, 30])
+    assert profile.cost_ms(1, "chain") == 10 and profile.cost_ms(4, "bushy") == 18
+    assert profile.cost_ms(3, "chain") == pytest.approx(14)  # halfway between 2 (12) and 4 (16)
+    assert profile.cost_ms(16, "chain") == pytest.approx(40)  # the last segment's slope, extended
+    assert profile.cost_ms(2) == pytest.approx(13)  # mean of the shapes
+    assert profile.relative(8, "chain") == pytest.approx(2.4)
+    with pytest.raises(ValueError):
+        profile.cost_ms(0)
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("not json", "not JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps(synthetic([1, 2, 3, 4]).to_json() | {"format": 99}), "format 99"),
+    (json.dumps(synthetic([1, 2, 3, 4]).to_json() | {"sizes": [2, 1, 4, 8]}), "increasing"),
+    (json.dumps(synthetic([1, 2, 3, 4]).to_json() | {"sizes": [0, 1, 4, 8]}), "tree sizes >= 1"),
+    (json.dumps(synthetic([1, 2, 3, 4]).to_json() | {"ms": {"chain": [1, 2]}}), "one time per size"),
+    (json.dumps(synthetic([1, 2, 3, 4]).to_json() | {"ms": {"chain": [1, -2, 3, 4]}}), "positive milliseconds"),
+    (json.dumps({k: v for k, v in synthetic([1, 2, 3, 4]).to_json().items() if k != "key"}), "no 'key'"),
+])
+def test_bad_profile_files_are_one_line_errors(content, fragment, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(SpecbenchError, match=fragment):
+        load_profile(path)
+    assert_one_line_error(run_cli("run", "--drafters", "vanilla", "--profile", str(path), "--out", str(tmp_path / "o")),
+                          "is not a verify-cost profile", fragment)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--sizes", "0,2"], "--sizes must be tree sizes"),
+    (["--sizes", "1,x"], "--sizes must be comma-separated integers"),
+    (["--shapes", "star"], "--shapes must be from chain, bushy"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
+])
+def test_bad_profile_command_input_is_one_line(args, fragment):
+    assert_one_line_error(run_cli("profile", *args), fragment)
+
+
+def test_a_run_records_the_profile_it_was_given(tmp_path):
+    from specbench.harness.runner import Run, RunConfig
+    from test_export import char_bpe_tokenizer
+
+    from specbench.model import TargetModel
+
+    given = save_profile(synthetic([5, 6, 7, 9]), tmp_path / "gpu.json")
+    target = TargetModel(build_tiny_model("llama"), char_bpe_tokenizer(tmp_path / "tok"))
+    config = RunConfig(out=str(tmp_path / "run"), drafters=["vanilla"], bench="demo", categories=["math"], limit=1,
+                       max_new_tokens=4, warmup=False, profile=str(given))
+    Run(config, progress=False, target=target).execute()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["profile"]["source"] == str(given) and manifest["profile"]["ms"]["chain"] == [5, 6, 7, 9]
+    assert manifest["config"]["profile"] == str(given)
