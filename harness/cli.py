@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
     replay.add_argument("--template", default=None, help="FastChat conversation template")
     replay.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    replay.add_argument("--profile", default=None, metavar="FILE",
+                        help="verify-cost profile for predicted speedups (default: the one cached for this machine)")
     replay.add_argument("--out", default=None, help="CSV file for the rows (default: print only)")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -325,7 +327,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.harness.runner import RunConfig
+    from specbench.harness.runner import RunConfig, run_profile
     from specbench.model import load_target
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions, resolve_bench, select_questions
@@ -342,7 +344,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"--out {args.out} is a directory; give a CSV file name")
     config = RunConfig(out=".", model=args.model, drafters=args.drafters, bench=args.bench, limit=args.limit,
                        max_new_tokens=args.max_new_tokens, threads=args.threads, device=args.device,
-                       drafter_options=_drafter_options(args.drafter_option))
+                       drafter_options=_drafter_options(args.drafter_option), profile=args.profile)
     config.check()
     questions = select_questions(load_questions(resolve_bench(args.bench)), args.categories, args.limit)
     drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in config.ordered_drafters()}
@@ -352,12 +354,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
     prompts = PromptBuilder(target.tokenizer, args.template)
     turns = [(q.category, t) for q in questions for t in question_trajectories(target, prompts, q, args.max_new_tokens)]
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
+    profile = run_profile(config, target)
+    if profile is not None:
+        from specbench.budget import BudgetPoint, predicted_speedup
+        from specbench.profile import VerifyProfile
+
+        verify = VerifyProfile.from_json({k: v for k, v in profile.items() if k != "source"}, str(profile["source"]))
+        table["predicted_speedup"] = [predicted_speedup(BudgetPoint(int(b), t, d), verify)
+                                      for b, t, d in zip(table.budget, table.tau, table.draft_ms)]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)
     overall = table[table.category == "overall"].pivot(index="drafter", columns="budget", values="tau")
     print("replayed tau by tree budget (overall; greedy verification):")
     print(overall.loc[list(drafters)].to_string(float_format=lambda v: f"{v:.2f}"))
+    if profile is not None:
+        rows = table[table.category == "overall"]
+        print(f"\npredicted speedup by tree budget (verify-cost profile: {profile['source']}; loop overhead not included):")
+        print(rows.pivot(index="drafter", columns="budget", values="predicted_speedup").loc[list(drafters)]
+              .to_string(float_format=lambda v: f"{v:.2f}"))
     if args.out:
         print(f"rows: {args.out}")
     return 0

@@ -58,6 +58,9 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["run", "--device", "tpu"], ["--device must be cpu, cuda or cuda:N"]),
         (["run", "--device", "cuda:x"], ["--device must be"]),
         (["distill", "--train", "lots"], ["expected a number or 'all'"]),
+        (["replay", "--budgets", "0,4"], ["--budgets must be tree budgets of at least 1"]),
+        (["replay", "--budgets", "four"], ["--budgets must be comma-separated integers"]),
+        (["replay", "--drafters", "nosuch"], ["unknown drafter 'nosuch'"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):

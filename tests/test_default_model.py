@@ -83,3 +83,15 @@ def test_oracles_equal_greedy(target, cases, wrong_from):
             assert drafts[0] == 6 and sum(drafts) / len(drafts) >= 5  # the right branch is taken whole
         else:
             assert max(drafts) == wrong_from - 1
+
+
+@pytest.mark.parametrize("name", sorted(available_drafters()))
+def test_replay_equals_the_real_run_step_for_step(target, cases, name):
+    """Replay against the recorded trajectory accepts what the real run accepted, at every step."""
+    from specbench.replay import record_trajectory, replay
+
+    drafter = create_drafter(name)
+    for ids, _ in cases[:2]:
+        real = generate(target, drafter, ids, MAX_NEW, budget=16)
+        replayed = replay(target, drafter, record_trajectory(target, ids, MAX_NEW), MAX_NEW, 16)
+        assert [s.accepted for s in replayed.steps] == [s.accepted for s in real.steps]
