@@ -327,7 +327,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.harness.runner import RunConfig, run_profile
+    from specbench.harness.runner import RunConfig, resolve_profile
     from specbench.model import load_target
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions, resolve_bench, select_questions
@@ -354,13 +354,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     prompts = PromptBuilder(target.tokenizer, args.template)
     turns = [(q.category, t) for q in questions for t in question_trajectories(target, prompts, q, args.max_new_tokens)]
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
-    profile = run_profile(config, target)
+    profile, source = resolve_profile(config, target)
     if profile is not None:
         from specbench.budget import BudgetPoint, predicted_speedup
-        from specbench.profile import VerifyProfile
 
-        verify = VerifyProfile.from_json({k: v for k, v in profile.items() if k != "source"}, str(profile["source"]))
-        table["predicted_speedup"] = [predicted_speedup(BudgetPoint(int(b), t, d), verify)
+        table["predicted_speedup"] = [predicted_speedup(BudgetPoint(int(b), t, d), profile)
                                       for b, t, d in zip(table.budget, table.tau, table.draft_ms)]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +368,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     print(overall.loc[list(drafters)].to_string(float_format=lambda v: f"{v:.2f}"))
     if profile is not None:
         rows = table[table.category == "overall"]
-        print(f"\npredicted speedup by tree budget (verify-cost profile: {profile['source']}; loop overhead not included):")
+        print(f"\npredicted speedup by tree budget (verify-cost profile: {source}; loop overhead not included):")
         print(rows.pivot(index="drafter", columns="budget", values="predicted_speedup").loc[list(drafters)]
               .to_string(float_format=lambda v: f"{v:.2f}"))
     if args.out:

@@ -104,14 +104,23 @@ def _git_sha() -> str | None:
         return None
 
 
-def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
-    """The verify-cost profile this run records: the one given (``--profile``), else the cached one
-    measured for this model, device, dtype, threads and torch version by `specbench profile`, else None."""
+def resolve_profile(config: RunConfig, target: TargetModel):
+    """(the verify-cost profile a run or replay uses, where it came from): the file given (``--profile``),
+    else the one `specbench profile` cached for this model, device, dtype, threads and torch version, else
+    (None, None)."""
     from specbench.model import cache_root
     from specbench.profile import cached_profile, load_profile
 
-    profile = load_profile(Path(config.profile)) if config.profile else cached_profile(target, cache_root())
-    return None if profile is None else profile.to_json() | {"source": config.profile or "cache"}
+    if config.profile:
+        return load_profile(Path(config.profile)), config.profile
+    profile = cached_profile(target, cache_root())
+    return profile, ("cache" if profile is not None else None)
+
+
+def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
+    """The profile as the manifest records it (with its ``source``), or None."""
+    profile, source = resolve_profile(config, target)
+    return None if profile is None else profile.to_json() | {"source": source}
 
 
 def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, questions: list[Question]) -> dict:

@@ -95,3 +95,23 @@ def test_replay_equals_the_real_run_step_for_step(target, cases, name):
         real = generate(target, drafter, ids, MAX_NEW, budget=16)
         replayed = replay(target, drafter, record_trajectory(target, ids, MAX_NEW), MAX_NEW, 16)
         assert [s.accepted for s in replayed.steps] == [s.accepted for s in real.steps]
+
+
+def test_replay_command_writes_rows_and_predictions(tmp_path):
+    """`specbench replay` end to end on the default model, with the CPU profile committed in docs/."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    profile = Path(__file__).resolve().parents[1] / "docs" / "profiles" / "cpu-2core-epyc-smollm2-fp32-t2.json"
+    out = tmp_path / "replay.csv"
+    result = subprocess.run([sys.executable, "-m", "specbench", "replay", "--drafters", "vanilla,ngram", "--bench",
+                             str(DATA / "mt_bench" / "question.jsonl"), "--categories", "writing", "--limit", "1",
+                             "--max-new-tokens", "16", "--budgets", "1,4", "--profile", str(profile), "--out", str(out),
+                             "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "predicted speedup by tree budget" in result.stdout
+    table = pd.read_csv(out)
+    assert set(table.budget) == {1, 4} and set(table.category) == {"writing", "overall"}
+    assert (table[table.drafter == "vanilla"].tau == 1.0).all() and (table.predicted_speedup > 0).all()
