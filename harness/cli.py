@@ -107,6 +107,33 @@ def _drafter_options(pairs: list[str]) -> dict[str, dict]:
     return options
 
 
+def _add_workload_options(parser: argparse.ArgumentParser) -> None:
+    """What `run` and `replay` share: the target, where it runs, the drafters and the questions."""
+    parser.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), a model directory or a .gguf file")
+    parser.add_argument("--drafters", type=_csv, default=["all"], help="comma-separated names, or 'all' (default)")
+    parser.add_argument("--bench", default="demo", help="demo (default), mt_bench, spec_bench, or a question.jsonl path")
+    parser.add_argument("--categories", type=_csv, default=None, help="comma-separated categories to keep")
+    parser.add_argument("--limit", type=int, default=None, help="at most N questions from each category")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="token cap per turn")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
+    parser.add_argument("--template", default=None, help="FastChat conversation template for models without a chat template")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--drafter-option", action="append", default=[], metavar="DRAFTER.OPTION=VALUE",
+                        help="a drafter-specific option, e.g. ngram.max_depth=6 (repeatable)")
+
+
+def _tree_sizes(values: list[str], flag: str) -> list[int]:
+    """``--sizes`` / ``--budgets``: distinct tree sizes (root included), sorted; a bad one stops with one line."""
+    try:
+        sizes = sorted({int(v) for v in values})
+    except ValueError:
+        raise SpecbenchError(f"{flag} must be comma-separated integers, got {','.join(values)}") from None
+    if not sizes or sizes[0] < 1:
+        raise SpecbenchError(f"{flag} must be tree {flag.removeprefix('--')} of at least 1 (the root)")
+    return sizes
+
+
 def build_parser() -> argparse.ArgumentParser:
     from specbench import __version__
 
@@ -121,12 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    epilog=f"example: {examples[name]}")
 
     run = command("run")
-    run.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), a model directory or a .gguf file")
-    run.add_argument("--drafters", type=_csv, default=["all"], help="comma-separated names, or 'all' (default)")
-    run.add_argument("--bench", default="demo", help="demo (default), mt_bench, spec_bench, or a question.jsonl path")
-    run.add_argument("--categories", type=_csv, default=None, help="comma-separated categories to keep")
-    run.add_argument("--limit", type=int, default=None, help="at most N questions from each category")
-    run.add_argument("--max-new-tokens", type=int, default=128, help="token cap per turn")
+    _add_workload_options(run)
     run.add_argument("--tree-budget", type=int, default=16, help="max draft-tree nodes per step, root included")
     run.add_argument("--repeats", type=int, default=1, help="time each turn N times, keep the median")
     run.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
@@ -134,13 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "costs nothing measurable on CPU (docs/performance.md)")
     run.add_argument("--out", default=None, help="output directory (default runs/<date-time>)")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    run.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
-    run.add_argument("--template", default=None, help="FastChat conversation template for models without a chat template")
     run.add_argument("--seed", type=int, default=0, help="torch seed (greedy runs do not depend on it)")
-    run.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    run.add_argument("--drafter-option", action="append", default=[], metavar="DRAFTER.OPTION=VALUE",
-                     help="a drafter-specific option, e.g. ngram.max_depth=6 (repeatable)")
     run.add_argument("--profile", default=None, metavar="FILE",
                      help="verify-cost profile to record (default: the one `specbench profile` cached for this machine)")
     run.add_argument("--no-warmup", action="store_true", help="skip the warm-up question")
@@ -160,20 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--out", default=None, help="also write the profile to this file")
 
     replay = command("replay")
-    replay.add_argument("--model", default="default", help="'default', a model directory or a .gguf file")
-    replay.add_argument("--drafters", type=_csv, default=["all"], help="comma-separated names, or 'all' (default)")
-    replay.add_argument("--bench", default="demo", help="demo (default), mt_bench, spec_bench, or a question.jsonl path")
-    replay.add_argument("--categories", type=_csv, default=None, help="comma-separated categories to keep")
-    replay.add_argument("--limit", type=int, default=None, help="at most N questions from each category")
-    replay.add_argument("--max-new-tokens", type=int, default=128, help="token cap per turn")
+    _add_workload_options(replay)
     replay.add_argument("--budgets", type=_csv, default=["1", "2", "3", "4", "6", "8", "12", "16", "24", "32"],
                         help="tree budgets to replay each drafter at")
-    replay.add_argument("--drafter-option", action="append", default=[], metavar="DRAFTER.OPTION=VALUE",
-                        help="a drafter-specific option (repeatable)")
-    replay.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    replay.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
-    replay.add_argument("--template", default=None, help="FastChat conversation template")
-    replay.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     replay.add_argument("--profile", default=None, metavar="FILE",
                         help="verify-cost profile for predicted speedups (default: the one cached for this machine)")
     replay.add_argument("--out", default=None, help="CSV file for the rows (default: print only)")
@@ -289,12 +294,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from specbench.model import cache_root, check_device, load_target
     from specbench.profile import TREE_SHAPES, cache_path, load_profile, measure_profile, profile_key, save_profile
 
-    try:
-        sizes = sorted({int(n) for n in args.sizes})
-    except ValueError:
-        raise SpecbenchError(f"--sizes must be comma-separated integers, got {','.join(args.sizes)}") from None
-    if not sizes or sizes[0] < 1:
-        raise SpecbenchError("--sizes must be tree sizes of at least 1 (the root)")
+    sizes = _tree_sizes(args.sizes, "--sizes")
     unknown = [shape for shape in args.shapes if shape not in TREE_SHAPES]
     if unknown or not args.shapes:
         raise SpecbenchError(f"--shapes must be from {', '.join(TREE_SHAPES)}, got {','.join(args.shapes)}")
@@ -334,19 +334,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specbench.registry import create_drafter
     from specbench.replay import question_trajectories, sweep
 
-    try:
-        budgets = sorted({int(b) for b in args.budgets})
-    except ValueError:
-        raise SpecbenchError(f"--budgets must be comma-separated integers, got {','.join(args.budgets)}") from None
-    if not budgets or budgets[0] < 1:
-        raise SpecbenchError("--budgets must be tree budgets of at least 1")
+    budgets = _tree_sizes(args.budgets, "--budgets")
     if args.out and Path(args.out).is_dir():
         raise SpecbenchError(f"--out {args.out} is a directory; give a CSV file name")
-    config = RunConfig(out=".", model=args.model, drafters=args.drafters, bench=args.bench, limit=args.limit,
-                       max_new_tokens=args.max_new_tokens, threads=args.threads, device=args.device,
-                       drafter_options=_drafter_options(args.drafter_option), profile=args.profile)
-    config.check()
-    questions = select_questions(load_questions(resolve_bench(args.bench)), args.categories, args.limit)
+    config = RunConfig(out=".", model=args.model, drafters=args.drafters, bench=args.bench, categories=args.categories,
+                       limit=args.limit, max_new_tokens=args.max_new_tokens, threads=args.threads, device=args.device,
+                       dtype=args.dtype, template=args.template, drafter_options=_drafter_options(args.drafter_option),
+                       profile=args.profile)
+    config.check()  # the checks `run` makes, before the model loads
+    questions = select_questions(load_questions(resolve_bench(config.bench)), config.categories, config.limit)
     drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in config.ordered_drafters()}
     if args.threads:
         torch.set_num_threads(args.threads)

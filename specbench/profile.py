@@ -14,6 +14,7 @@ hardware the reader does not have.
 
 from __future__ import annotations
 
+import bisect
 import json
 import platform
 import statistics
@@ -92,14 +93,11 @@ class VerifyProfile:
             raise ValueError("a tree has at least its root")
         rows = [self.ms[shape]] if shape else list(self.ms.values())
         values = [statistics.fmean(column) for column in zip(*rows)]
-        sizes = self.sizes
-        if len(sizes) == 1:
+        if len(self.sizes) == 1:
             return values[0]
-        for i in range(1, len(sizes)):
-            if n <= sizes[i] or i == len(sizes) - 1:
-                a, b = sizes[i - 1], sizes[i]
-                return values[i - 1] + (values[i] - values[i - 1]) * (n - a) / (b - a)
-        raise AssertionError("unreachable")
+        i = min(max(bisect.bisect_left(self.sizes, n), 1), len(self.sizes) - 1)  # the segment [i - 1, i]
+        a, b = self.sizes[i - 1], self.sizes[i]
+        return values[i - 1] + (values[i] - values[i - 1]) * (n - a) / (b - a)
 
     def relative(self, n: int, shape: str | None = None) -> float:
         """t_verify(n) / t_verify(1)."""

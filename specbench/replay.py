@@ -25,7 +25,9 @@ import torch
 from specbench import kv
 from specbench.drafter import Drafter
 from specbench.errors import SpecbenchError
+from specbench.results import first_divergence
 from specbench.tree import DraftTree
+from specbench.verify import greedy_path
 
 
 @dataclass
@@ -102,25 +104,9 @@ class TrajectoryTarget:
         rows = [i for i in range(len(tokens)) if on[i] and positions[i] < self.trajectory.hidden.shape[0]]
         if rows:
             hidden[rows] = self.trajectory.hidden[[positions[i] for i in rows]]
-        # the loop commits the accepted path: the on-trajectory chain the verifier will accept
-        self._past += len(_accepted_chain(parents, on))
+        # the loop commits what greedy verification accepts from these answers: the next root follows it
+        self._past += len(greedy_path(tree, next_tokens))
         return self._logits(next_tokens), hidden
-
-
-def _accepted_chain(parents: list[int], on: list[bool]) -> list[int]:
-    """The deepest on-trajectory root-to-node path (what greedy verification accepts)."""
-    depth = [0] * len(parents)
-    best = 0
-    for i, parent in enumerate(parents):
-        if parent >= 0:
-            depth[i] = depth[parent] + 1
-        if on[i] and depth[i] > depth[best]:
-            best = i
-    chain = []
-    while best >= 0:
-        chain.append(best)
-        best = parents[best]
-    return chain[::-1]
 
 
 def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int, budget: int):
@@ -131,10 +117,9 @@ def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int
 
     stand_in = TrajectoryTarget(target, trajectory)
     result = generate(stand_in, drafter, trajectory.prompt.tolist(), max_new_tokens, budget, breakdown=True)
-    expected = trajectory.continuation.tolist()[:max_new_tokens]
-    if result.output_ids != expected:
-        raise SpecbenchError(f"replay of {type(drafter).__name__} left the recorded trajectory "
-                             f"(first difference at token {next(i for i, (a, b) in enumerate(zip(result.output_ids + [None], expected + [None])) if a != b)})")
+    divergence = first_divergence(result.output_ids, trajectory.continuation.tolist()[:max_new_tokens])
+    if divergence is not None:
+        raise SpecbenchError(f"replay of {type(drafter).__name__} left the recorded trajectory at token {divergence}")
     return result
 
 

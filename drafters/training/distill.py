@@ -226,6 +226,9 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
         def has_tokens(number: int) -> bool:
             return token_name(split, number) in manifest["token_shards"][split]
 
+        def reusable(number: int) -> dict[str, torch.Tensor] | None:
+            return reused_tokens(source, source_manifest, token_name(split, number), chunks[number])
+
         def record_tokens(number: int, tokens: dict[str, torch.Tensor]) -> None:
             save_atomic(tokens, out / token_name(split, number))
             manifest["token_shards"][split].append(token_name(split, number))
@@ -237,23 +240,25 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
 
         for number, chunk in enumerate(chunks):
             shard_file = shard_name(split, number)
-            if has_tokens(number) if tokens_only else shard_file in manifest["shards"][split]:
+            finished = has_tokens(number) if tokens_only else shard_file in manifest["shards"][split]
+            if finished:
                 bar.update(len(chunk))
                 continue
-            if not has_tokens(number):
-                reused = reused_tokens(source, source_manifest, token_name(split, number), chunk)
-                if reused is not None:
-                    record_tokens(number, reused)
-                else:  # generate this shard and the next ones that need it, up to one batch
-                    group = [number]
-                    while (len(group) < shards_per_batch and group[-1] + 1 < len(chunks) and not has_tokens(group[-1] + 1)
-                           and reused_tokens(source, source_manifest, token_name(split, group[-1] + 1), chunks[group[-1] + 1]) is None):
-                        group.append(group[-1] + 1)
-                    began = time.perf_counter()
-                    made = generate_shards(target, [chunks[n] for n in group], config)
-                    counts["generate_seconds"] += time.perf_counter() - began
-                    for n, tokens in zip(group, made):
-                        record_tokens(n, tokens)
+            reused = None if has_tokens(number) else reusable(number)
+            if reused is not None:
+                record_tokens(number, reused)
+            elif not has_tokens(number):  # generate this shard and the next ones that need it, up to one batch
+                group = [number]
+                while len(group) < shards_per_batch and group[-1] + 1 < len(chunks):
+                    following = group[-1] + 1
+                    if has_tokens(following) or reusable(following) is not None:
+                        break
+                    group.append(following)
+                began = time.perf_counter()
+                made = generate_shards(target, [chunks[n] for n in group], config)
+                counts["generate_seconds"] += time.perf_counter() - began
+                for n, tokens in zip(group, made):
+                    record_tokens(n, tokens)
             if not tokens_only:
                 began = time.perf_counter()
                 tokens = load_file(str(out / token_name(split, number)))
