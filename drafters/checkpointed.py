@@ -3,13 +3,14 @@ checkpoint for a target, loading it once per target, and counting its parameters
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from specbench.checkpoint import load_checkpoint, trained_for
+from specbench.checkpoint import checkpoint_files, load_checkpoint, trained_for
 from specbench.drafter import Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.errors import DrafterOptionError, SpecbenchError
@@ -73,8 +74,13 @@ class CheckpointDrafter(Drafter):
             self.module = module.to(device=target.device, dtype=target.dtype).eval()
             self.vocab = self.draft_vocabulary(target, ranking)
             self.recipe, self._loaded_for = recipe, key
+            self._weights_sha256 = hashlib.sha256(checkpoint_files(stem)[0].read_bytes()).hexdigest()
             self.loaded(recipe)
         self.start_sequence()
+
+    def identity(self) -> str:
+        """The loaded checkpoint's weights hash (see `Drafter.identity`)."""
+        return getattr(self, "_weights_sha256", "")
 
     def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:
         """The ``draft_vocab`` cut of ``target``'s lm_head by the checkpoint's token ranking."""

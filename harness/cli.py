@@ -149,7 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = command("run")
     _add_workload_options(run)
-    run.add_argument("--tree-budget", type=int, default=16, help="max draft-tree nodes per step, root included")
+    run.add_argument("--tree-budget", default="auto",
+                     help="max draft-tree nodes per step, root included: N, 'auto' (per drafter, the budget of "
+                          "highest predicted speedup on this machine, from a replay over the calibration set and "
+                          "the verify-cost profile; greedy), or per drafter, e.g. hydra=4,medusa=3,auto")
+    run.add_argument("--calibration", default=None, metavar="FILE",
+                     help="question file `auto` calibrates on (default: the shipped 16 held-out ShareGPT prompts)")
+    run.add_argument("--auto-budgets", type=_csv, default=None, metavar="N,N,...",
+                     help="budgets `auto` chooses among (default: 1,2,3,4,6,8,12,16,24,32,48,64 up to the profile's largest)")
     run.add_argument("--repeats", type=int, default=1, help="time each turn N times, keep the median")
     run.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
                      help="record per-stage times (draft, transform, verify, accept) in the timed run itself; "
@@ -274,6 +281,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         tree_budget=args.tree_budget, repeats=args.repeats, breakdown=args.breakdown, device=args.device,
         dtype=args.dtype, template=args.template, seed=args.seed, threads=args.threads, warmup=not args.no_warmup,
         resume=args.resume, drafter_options=_drafter_options(args.drafter_option), profile=args.profile,
+        calibration=args.calibration,
+        auto_budgets=_tree_sizes(args.auto_budgets, "--auto-budgets") if args.auto_budgets else None,
     )
     run = Run(config, progress=not args.no_progress)
     try:
@@ -352,10 +361,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
     profile, source = resolve_profile(config, target)
     if profile is not None:
-        from specbench.budget import BudgetPoint, predicted_speedup
+        from specbench.budget import predicted_speedup
+        from specbench.replay import budget_point
 
-        table["predicted_speedup"] = [predicted_speedup(BudgetPoint(int(b), t, d), profile)
-                                      for b, t, d in zip(table.budget, table.tau, table.draft_ms)]
+        table["predicted_speedup"] = [predicted_speedup(budget_point(row), profile) for row in table.itertuples()]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)

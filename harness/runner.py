@@ -22,6 +22,7 @@ import torch
 
 from specbench import __version__
 from specbench.errors import SpecbenchError
+from specbench.harness.budgets import BudgetChoice, parse_budget_spec, resolve_budgets
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel, check_device, load_target
 from specbench.prompts import PromptBuilder
@@ -33,7 +34,7 @@ from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_
 WARMUP_TOKENS = 32
 # Settings a resumed run must share with the run it continues (otherwise the numbers would not pair).
 RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype",
-               "template", "drafter_options")
+               "template", "drafter_options", "calibration", "auto_budgets")
 
 
 @dataclass
@@ -47,7 +48,7 @@ class RunConfig:
     categories: list[str] | None = None
     limit: int | None = None
     max_new_tokens: int = 128
-    tree_budget: int = 16
+    tree_budget: int | str = "auto"  # N, auto, or per drafter: "hydra=4,medusa=3,auto" (harness.budgets)
     repeats: int = 1
     breakdown: bool = True
     device: str = "cpu"
@@ -59,6 +60,8 @@ class RunConfig:
     resume: bool = False
     drafter_options: dict[str, dict] = field(default_factory=dict)
     profile: str | None = None  # a verify-cost profile file (default: the cached one for this machine, if any)
+    calibration: str | None = None  # question file `auto` calibrates on (default: the shipped calibration set)
+    auto_budgets: list[int] | None = None  # budgets `auto` chooses among (default: harness.budgets.DEFAULT_CANDIDATES)
 
     def __post_init__(self) -> None:
         if isinstance(self.drafters, str):
@@ -68,7 +71,7 @@ class RunConfig:
 
     def check(self, model_given: bool = False) -> None:
         """Reject impossible settings before anything is loaded (``model_given``: an in-memory model)."""
-        for name, value, low in (("--max-new-tokens", self.max_new_tokens, 1), ("--tree-budget", self.tree_budget, 1),
+        for name, value, low in (("--max-new-tokens", self.max_new_tokens, 1),
                                  ("--repeats", self.repeats, 1), ("--limit", self.limit, 1), ("--threads", self.threads, 1)):
             if value is not None and value < low:
                 raise SpecbenchError(f"{name} must be at least {low}, got {value}")
@@ -79,6 +82,11 @@ class RunConfig:
             raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
         for name in self.drafters:
             get_drafter_class(name)  # unknown names fail here, listing the known ones
+        parse_budget_spec(self.tree_budget, self.drafters)
+        if any(b < 1 for b in self.auto_budgets or []):
+            raise SpecbenchError("--auto-budgets must be tree budgets of at least 1")
+        if self.calibration is not None:
+            load_questions(resolve_bench(self.calibration))  # a bad calibration file stops the run here
         unknown = sorted(set(self.drafter_options) - set(self.drafters))
         if unknown:
             raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
@@ -123,7 +131,8 @@ def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
     return None if profile is None else profile.to_json() | {"source": source}
 
 
-def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, questions: list[Question]) -> dict:
+def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, questions: list[Question],
+                   budgets: dict[str, BudgetChoice], calibration: dict | None) -> dict:
     import transformers
 
     return {
@@ -144,6 +153,8 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                         "torch_threads": torch.get_num_threads(),
                         "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None},
         "profile": run_profile(config, target),
+        "budgets": {name: choice.to_json() for name, choice in budgets.items()},  # what each drafter ran at, and why
+        "calibration": calibration,
     }
 
 
@@ -205,14 +216,19 @@ class Run:
         target = self.target or load_target(config.model, config.device, config.dtype)
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
-        if read_manifest(self.out) is None or not config.resume:
-            write_json(self.out / MANIFEST, build_manifest(config, target, self.bench_path, self.questions))
+        manifest = read_manifest(self.out) if config.resume else None
+        if manifest is not None and manifest.get("budgets"):  # a resumed run keeps the budgets it chose
+            self.budgets = {name: BudgetChoice(**choice) for name, choice in manifest["budgets"].items()}
+        else:
+            self.budgets, calibration = resolve_budgets(config, target, prompts, drafters, self.progress)
+            write_json(self.out / MANIFEST, build_manifest(config, target, self.bench_path, self.questions,
+                                                           self.budgets, calibration))
 
         todo = self.pending()
         if config.warmup and todo:
             warm_ids = prompts.build(todo[0].turns[:1], [])
-            for drafter in drafters.values():
-                generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), config.tree_budget)
+            for name, drafter in drafters.items():
+                generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), self.budgets[name].budget)
 
         bar = _progress_bar(len(todo) * len(drafters), self.progress)
         live: dict[str, list[float]] = {name: [0, 0.0, 0, 0] for name in drafters}  # tokens, seconds, steps, accepted
@@ -241,12 +257,13 @@ class Run:
     def _run_question(self, question: Question, target: TargetModel, drafter, prompts: PromptBuilder,
                       vanilla_ids: list[list[int]] | None, name: str) -> Answer:
         config = self.config
+        budget = self.budgets[name].budget
         answers: list[str] = []
         results: list[TurnResult] = []
         repeats_wall: list[list[float]] = []
         for turn in range(len(question.turns)):
             prompt_ids = prompts.build(question.turns[: turn + 1], answers)
-            runs = [generate(target, drafter, prompt_ids, config.max_new_tokens, config.tree_budget, config.breakdown)
+            runs = [generate(target, drafter, prompt_ids, config.max_new_tokens, budget, config.breakdown)
                     for _ in range(config.repeats)]
             for other in runs[1:]:
                 if other.output_ids != runs[0].output_ids:
@@ -265,7 +282,7 @@ class Run:
             question_id=question.question_id, category=question.category, drafter=name, turns=answers,
             new_tokens=[r.new_tokens for r in results], wall_time=[r.wall_s for r in results],
             output_ids=output_ids, steps=[r.steps for r in results], prefill_ms=[r.prefill_ms for r in results],
-            wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name,
+            wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name, tree_budget=budget,
             answer_id=uuid.uuid4().hex, tstamp=time.time(),
         )
 

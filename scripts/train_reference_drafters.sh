@@ -44,6 +44,9 @@ jobs=(
   "ctc-t4n2-all              ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --anchors-per-sample 0"
   "ctc-ce-t4n2               ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192"
   "ctc-ce-t6n3               ctc-ce --num-slots 6 --num-labels 3 --train-vocab 8192"
+  # session 6: stronger head variants at the whole cache (Hydra++'s prefix layer; two-layer Medusa heads)
+  "hydrapp-v8k-e4            hydra --epochs 4 --train-vocab 8192 --prefix-heads 9"
+  "medusa-2l-v8k-e4          medusa --epochs 4 --train-vocab 8192 --num-layers 2"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")

@@ -6,37 +6,78 @@ Plain decoding emits one token per t_verify(1) + overhead. So
 
     predicted speedup(b) = tau(b) * (t_verify(1) + overhead) / (t_verify(b) + t_draft(b) + overhead).
 
-(The overhead appears on both sides: plain decoding runs through the same loop.) On a flat, GPU-like
+(The overhead appears on both sides: plain decoding runs through the same loop.) Given ``verify1_ms``,
+the one-node cost measured in the process that will run, t_verify(b) = verify1_ms * t(b) / t(1): the
+profile supplies the shape of the cost curve and the run its scale. On a flat, GPU-like
 profile the best budget is the largest whose extra tau still pays for its draft cost; on a steep CPU
 profile it is small.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
-from specbench.profile import VerifyProfile
+from specbench.profile import VerifyProfile, tree_of_size
 
 
 @dataclass(frozen=True)
 class BudgetPoint:
-    """What replay measured for one drafter at one budget."""
+    """What replay measured for one drafter at one budget.
+
+    ``trees`` counts the steps by (tree size, deepest depth) the drafter actually proposed, so the verify
+    cost is that of its real trees: a drafter may propose fewer nodes than the budget, and a chain costs
+    less than a bushy tree of the same size on some machines. Without it the budget is the size."""
 
     budget: int
     tau: float
     draft_ms: float  # per step, the drafter's own propose cost
+    trees: dict[str, int] = field(default_factory=dict)  # "nodes:depth" -> steps
 
 
-def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0) -> float:
-    vanilla_step = profile.cost_ms(1) + overhead_ms
-    return point.tau * vanilla_step / (profile.cost_ms(point.budget) + point.draft_ms + overhead_ms)
+@lru_cache(maxsize=None)
+def _depths(n: int) -> tuple[int, int]:
+    """(bushy, chain) deepest depth of the profile's two tree shapes of ``n`` nodes."""
+    return tree_of_size(n, "bushy").max_depth(), n - 1
 
 
-def best_budget(points: list[BudgetPoint], profile: VerifyProfile, overhead_ms: float = 0.0) -> tuple[int, dict[int, float]]:
-    """(the budget of highest predicted speedup, the prediction for each budget); ties go to the
-    smaller budget (the cheaper tree)."""
+def tree_ratio(profile: VerifyProfile, nodes: int, depth: int) -> float:
+    """t_verify / t_verify(1) for a tree of ``nodes`` and deepest ``depth``: between the profile's bushy
+    and chain costs by where ``depth`` lies between their depths (the mean over shapes if either is
+    missing)."""
+    if not {"bushy", "chain"} <= set(profile.ms) or nodes < 3:
+        return profile.relative(nodes)
+    bushy, chain = _depths(nodes)
+    weight = min(max((depth - bushy) / (chain - bushy), 0.0), 1.0) if chain > bushy else 0.5
+    return weight * profile.relative(nodes, "chain") + (1 - weight) * profile.relative(nodes, "bushy")
+
+
+def verify_ratio(point: BudgetPoint, profile: VerifyProfile) -> float:
+    """Mean t_verify / t_verify(1) over the point's steps (its budget when it has no tree counts)."""
+    if not point.trees:
+        return profile.relative(point.budget)
+    total = sum(point.trees.values())
+    return sum(count * tree_ratio(profile, *map(int, key.split(":"))) for key, count in point.trees.items()) / total
+
+
+def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
+                      verify1_ms: float | None = None) -> float:
+    one = profile.cost_ms(1) if verify1_ms is None else verify1_ms
+    verify = one * verify_ratio(point, profile)
+    return point.tau * (one + overhead_ms) / (verify + point.draft_ms + overhead_ms)
+
+
+#: predictions within this fraction of the best count as ties; the smallest budget among them wins
+#: (a cheaper tree for no measurable gain, and a choice that does not flip between equal budgets)
+TIE_TOLERANCE = 0.005
+
+
+def best_budget(points: list[BudgetPoint], profile: VerifyProfile, overhead_ms: float = 0.0,
+                verify1_ms: float | None = None) -> tuple[int, dict[int, float]]:
+    """(the budget of highest predicted speedup, the prediction for each budget); budgets within
+    `TIE_TOLERANCE` of the best tie, and ties go to the smallest budget."""
     if not points:
         raise ValueError("no budgets to choose from")
-    predictions = {p.budget: predicted_speedup(p, profile, overhead_ms) for p in points}
-    best = max(sorted(predictions), key=lambda b: (round(predictions[b], 9), -b))
-    return best, predictions
+    predictions = {p.budget: predicted_speedup(p, profile, overhead_ms, verify1_ms) for p in points}
+    top = max(predictions.values())
+    return min(b for b, v in predictions.items() if v >= top * (1 - TIE_TOLERANCE)), predictions

@@ -92,3 +92,9 @@ class Drafter:
     def num_parameters(self) -> int:
         """Trainable parameters the drafter adds on top of the target (0 for training-free methods)."""
         return 0
+
+    def identity(self) -> str:
+        """What the proposals depend on beyond the class and its options, e.g. a checkpoint's hash (called
+        after ``reset``). Cached calibration results (``--tree-budget auto``) are keyed by it; a drafter
+        whose weights can change under the same options must say so here."""
+        return ""

@@ -176,27 +176,30 @@ def cache_path(key: dict, root: Path) -> Path:
 def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int = 300, repeats: int = 7,
                     warmup: int = 2) -> VerifyProfile:
     """Time one verification forward per (shape, size): median of ``repeats`` after ``warmup`` untimed
-    ones, each against the same ``prefix``-token cache (the tree's slots are dropped after each)."""
+    ones, each against the same ``prefix``-token cache (the tree's slots are dropped after each).
+
+    The sizes are timed in rounds (every shape and size once per round, the order rotating) rather than
+    one size after another, so slow drift of the machine (clock, cache, a neighbour's load) lands on all
+    sizes alike instead of on whichever size was being timed: the ratios to one node are what predictions
+    use."""
     from specbench.timing import wall_clock
 
     if repeats < 1 or prefix < 1 or not sizes:
         raise SpecbenchError("a profile needs at least one size, one repeat and a prefix of one token")
     vocab = target.lm_head.weight.shape[0]
     cache = prefilled_cache(target, synthetic_prefix(prefix) % vocab)
-    ms: dict[str, list[float]] = {}
-    for shape in shapes:
-        ms[shape] = []
-        for n in sizes:
-            tree = tree_of_size(n, shape)
-            times = []
-            for attempt in range(warmup + repeats):
-                start = wall_clock(target.device)
-                target.forward_tree(tree, cache)
-                elapsed = (wall_clock(target.device) - start) * 1000
-                rewind(cache, prefix)
-                if attempt >= warmup:
-                    times.append(elapsed)
-            ms[shape].append(statistics.median(times))
+    cells = [(shape, n, tree_of_size(n, shape)) for shape in shapes for n in sizes]
+    times: dict[tuple[str, int], list[float]] = {(shape, n): [] for shape, n, _ in cells}
+    for round_number in range(warmup + repeats):
+        shift = round_number % len(cells)
+        for shape, n, tree in cells[shift:] + cells[:shift]:
+            start = wall_clock(target.device)
+            target.forward_tree(tree, cache)
+            elapsed = (wall_clock(target.device) - start) * 1000
+            rewind(cache, prefix)
+            if round_number >= warmup:
+                times[shape, n].append(elapsed)
+    ms = {shape: [statistics.median(times[shape, n]) for n in sizes] for shape in shapes}
     return VerifyProfile(key=profile_key(target), sizes=list(sizes), ms=ms, prefix=prefix, repeats=repeats,
                          measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 

@@ -18,6 +18,7 @@ continuation.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -138,7 +139,8 @@ def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajector
           max_new_tokens: int, progress: bool = False) -> "pandas.DataFrame":
     """Replay every drafter at every budget over ``turns`` ((category, trajectory) pairs); one row per
     drafter, budget and category (plus ``overall``): tau, steps, mean draft ms per step (the drafter's own
-    propose cost, transform included), and unconditional acceptance by depth."""
+    propose cost, transform included), mean tree size, unconditional acceptance by depth, and the trees
+    proposed ("nodes:depth x steps" ...; `budget_point` reads them)."""
     import pandas as pd
     from tqdm import tqdm
 
@@ -159,8 +161,20 @@ def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajector
                 lengths = [s.accepted for s in steps]
                 draft = [s.stage_ms.get("draft", 0.0) + s.stage_ms.get("transform", 0.0) for s in steps]
                 by_depth, _ = metrics.acceptance_by_depth(lengths, proposed_depths=[s.depth for s in steps])
+                trees = Counter(f"{s.nodes}:{s.depth}" for s in steps)
                 rows.append({"drafter": name, "budget": budget, "category": category, "tau": metrics.tau(lengths),
                              "steps": len(steps), "tokens": sum(lengths), "draft_ms": sum(draft) / max(len(draft), 1),
-                             "acceptance_by_depth": " ".join(f"{a:.3f}" for a in by_depth)})
+                             "mean_nodes": sum(s.nodes for s in steps) / max(len(steps), 1),
+                             "acceptance_by_depth": " ".join(f"{a:.3f}" for a in by_depth),
+                             "trees": " ".join(f"{key}x{count}" for key, count in sorted(trees.items()))})
     bar.close()
     return pd.DataFrame(rows)
+
+
+def budget_point(row) -> "BudgetPoint":
+    """A `sweep` row (a namedtuple or a mapping) as the `BudgetPoint` the speedup prediction takes."""
+    from specbench.budget import BudgetPoint
+
+    get = row.get if isinstance(row, dict) else lambda key: getattr(row, key)
+    trees = dict((key, int(count)) for key, count in (item.split("x") for item in str(get("trees")).split()))
+    return BudgetPoint(int(get("budget")), float(get("tau")), float(get("draft_ms")), trees)

@@ -11,7 +11,7 @@ schema (its ``evaluation/speed.py`` and ``equal.py`` read it unchanged)::
                accept_lengths (every step, all turns, flattened),
                output_ids[turn], steps[turn] -> [{nodes, depth, accepted, stage_ms}],
                prefill_ms[turn], wall_time_repeats[turn]}],
-    equal_to_vanilla, first_divergence[turn]
+    equal_to_vanilla, first_divergence[turn], tree_budget (the budget this drafter ran at)
 
 Lines are appended (and flushed to disk) only when a question is finished, so an interrupted run loses
 at most the question in flight and ``--resume`` continues after the last complete line.
@@ -81,6 +81,7 @@ class Answer:
     model_id: str = ""
     answer_id: str = ""
     tstamp: float = 0.0
+    tree_budget: int | None = None  # max tree nodes per step this drafter ran at (None: records before it)
     extra: dict = field(default_factory=dict)          # unknown top-level keys, kept for round trips
     choice_extra: dict = field(default_factory=dict)   # unknown keys of choices[0]
 
@@ -130,7 +131,7 @@ class Answer:
             raise KeyError(", ".join(missing))
         steps = [[Step.from_json(step) for step in turn] for turn in choice["steps"]]
         known = {"question_id", "category", "drafter", "answer_id", "model_id", "tstamp", "choices",
-                 "equal_to_vanilla", "first_divergence"}
+                 "equal_to_vanilla", "first_divergence", "tree_budget"}
         known_choice = {"index", "prefill_ms", "wall_time_repeats", *REQUIRED_CHOICE_KEYS}
         answer = cls(
             question_id=data["question_id"], category=data["category"], drafter=data.get("drafter", ""),
@@ -138,7 +139,7 @@ class Answer:
             output_ids=[list(ids) for ids in choice["output_ids"]], steps=steps,
             prefill_ms=list(choice.get("prefill_ms") or []), wall_time_repeats=list(choice.get("wall_time_repeats") or []),
             first_divergence=data.get("first_divergence"), model_id=data.get("model_id", ""),
-            answer_id=data.get("answer_id", ""), tstamp=data.get("tstamp", 0.0),
+            answer_id=data.get("answer_id", ""), tstamp=data.get("tstamp", 0.0), tree_budget=data.get("tree_budget"),
             extra={k: v for k, v in data.items() if k not in known},
             choice_extra={k: v for k, v in choice.items() if k not in known_choice},
         )
@@ -179,6 +180,7 @@ class Answer:
             }],
             "equal_to_vanilla": self.equal_to_vanilla,
             "first_divergence": self.first_divergence,
+            "tree_budget": self.tree_budget,
             **self.extra,
         }
 

@@ -1,0 +1,196 @@
+"""Tree budgets per drafter: the ``--tree-budget`` spec, and ``auto``, which picks each drafter's budget
+by replaying it over the calibration set and predicting its speedup on this machine.
+
+Spec: comma-separated items, each ``N``, ``auto``, ``NAME=N`` or ``NAME=auto``. An unnamed item sets the
+budget of every drafter not named; with none, that is ``auto``. Vanilla always runs at 1: it proposes the
+root alone, so a budget changes nothing for it.
+
+``auto``, for each drafter (greedy verification only: replay holds for greedy decoding):
+
+1. the calibration set's greedy trajectories (`specbench.calibration`, cached);
+2. the drafter replayed over them at every candidate budget: tau(b) and its own draft ms per step
+   (cached per drafter identity, candidates and machine);
+3. this process's loop, measured on one calibration prompt with plain decoding: verify ms of a
+   one-node step (v1) and the rest of a step (overhead o: accept, KV commit, bookkeeping);
+4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + d(b) + o), where r(b) = t(b) / t(1) from the
+   verify-cost profile (its shape; the scale comes from this process, so a profile measured at another
+   moment, or on another machine of the same kind, still applies), and the budget that maximises it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specbench.budget import BudgetPoint, best_budget
+from specbench.errors import SpecbenchError
+from specbench.results import BASELINE
+
+AUTO = "auto"
+#: budgets `auto` chooses among (those above the largest profiled size are dropped)
+DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CURVE_FORMAT = 2  # bump when what a cached curve holds changes
+TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
+
+
+def parse_budget_spec(spec: str | int, drafters: list[str]) -> dict[str, int | str]:
+    """``--tree-budget`` as a budget (an int, or ``"auto"``) per drafter; a bad spec is one line."""
+    items = [item.strip() for item in str(spec).split(",") if item.strip()]
+    if not items:
+        raise SpecbenchError("--tree-budget is empty; give N, auto, or NAME=N,... (e.g. hydra=4,medusa=3)")
+
+    def value(text: str, item: str) -> int | str:
+        if text == AUTO:
+            return AUTO
+        try:
+            budget = int(text)
+        except ValueError:
+            raise SpecbenchError(f"--tree-budget {item!r}: expected a node count or 'auto'") from None
+        if budget < 1:
+            raise SpecbenchError(f"--tree-budget must be at least 1, got {budget}")
+        return budget
+
+    default: int | str = AUTO
+    named: dict[str, int | str] = {}
+    unnamed = 0
+    for item in items:
+        if "=" in item:
+            name, text = (part.strip() for part in item.split("=", 1))
+            if name not in drafters:
+                raise SpecbenchError(f"--tree-budget names {name!r}, which is not in --drafters ({', '.join(drafters)})")
+            if name in named:
+                raise SpecbenchError(f"--tree-budget names {name} more than once")
+            named[name] = value(text, item)
+        else:
+            unnamed += 1
+            if unnamed > 1:
+                raise SpecbenchError("--tree-budget has more than one default (an item without NAME=)")
+            default = value(item, item)
+    return {name: 1 if name == BASELINE else named.get(name, default) for name in drafters}
+
+
+@dataclass
+class LoopTiming:
+    """This process's plain-decoding step: verify ms of one node (v1), the rest of a step (overhead)."""
+
+    verify1_ms: float
+    overhead_ms: float
+    steps: int
+
+
+@dataclass
+class BudgetChoice:
+    """The budget one drafter runs at and how it was chosen (what the manifest records)."""
+
+    budget: int
+    how: str  # "fixed" (given), "auto" (chosen), "baseline" (vanilla: always 1)
+    predicted_speedup: float | None = None
+    curve: list[dict] = field(default_factory=list)  # per candidate: budget, tau, draft_ms, predicted_speedup
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS) -> LoopTiming:
+    """Time plain decoding of ``prompt_ids`` through the loop (after one untimed pass)."""
+    from specbench.drafters.vanilla import VanillaDrafter
+    from specbench.harness.loop import generate
+
+    generate(target, VanillaDrafter(), prompt_ids, tokens, 1)
+    result = generate(target, VanillaDrafter(), prompt_ids, tokens, 1, breakdown=True)
+    if not result.steps:
+        raise SpecbenchError("calibration: the timing prompt ended at once; cannot time the loop")
+    verify = statistics.median(step.stage_ms["verify"] for step in result.steps)
+    staged = statistics.fmean(step.stage_ms.get("verify", 0.0) + step.stage_ms.get("draft", 0.0)
+                              for step in result.steps)
+    step_ms = (result.wall_s * 1000 - (result.prefill_ms or 0.0)) / len(result.steps)
+    return LoopTiming(verify1_ms=verify, overhead_ms=max(step_ms - staged, 0.0), steps=len(result.steps))
+
+
+def drafter_identity(name: str, drafter, options: dict) -> dict:
+    """What a drafter's proposals depend on: its class, options and (for trained ones) weights."""
+    kind = type(drafter)
+    return {"name": name, "class": f"{kind.__module__}.{kind.__qualname__}", "options": options,
+            "identity": drafter.identity()}
+
+
+def replayed_curve(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
+                   candidates: list[int], max_new_tokens: int, machine: dict, root: Path) -> list[BudgetPoint]:
+    """tau and draft ms per candidate budget, replayed over the calibration trajectories (cached)."""
+    from specbench.calibration import key_digest
+    from specbench.replay import budget_point, sweep
+
+    drafter.reset(target.handle)  # a trained drafter loads its checkpoint here, so its identity is known
+    key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
+           "candidates": candidates, "machine": machine}
+    path = root / "calibration" / "curves" / f"{name}-{key_digest(key)}.json"
+    if path.exists():
+        return [BudgetPoint(**point) for point in json.loads(path.read_text(encoding="utf-8"))["points"]]
+    turns = [("calibration", trajectory) for trajectory in trajectories]
+    table = sweep(target, {name: drafter}, turns, candidates, max_new_tokens)
+    overall = table[table["category"] == "overall"]
+    points = [budget_point(row) for row in overall.itertuples()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "points": [asdict(p) for p in points]}, indent=1, default=str) + "\n",
+                    encoding="utf-8")
+    return points
+
+
+def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetChoice]:
+    """Each drafter's `BudgetChoice`; ``calibrate(name)`` returns (points, profile, timing) for a drafter
+    whose budget is ``auto`` (called only for those)."""
+    choices = {}
+    for name, budget in wanted.items():
+        if name == BASELINE:
+            choices[name] = BudgetChoice(1, "baseline")
+        elif budget != AUTO:
+            choices[name] = BudgetChoice(int(budget), "fixed")
+        else:
+            points, profile, timing = calibrate(name)
+            best, predictions = best_budget(points, profile, timing.overhead_ms, timing.verify1_ms)
+            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget]} for p in points]
+            choices[name] = BudgetChoice(best, AUTO, predictions[best], curve)
+    return choices
+
+
+def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = False) -> tuple[dict[str, BudgetChoice], dict | None]:
+    """(each drafter's `BudgetChoice`, what calibration used, or None when no budget is ``auto``) for a
+    `RunConfig`. A missing profile is measured here (and cached), as `specbench profile` would."""
+    import sys
+
+    from specbench.calibration import CALIBRATION_TOKENS, calibration_trajectories, default_calibration_file
+    from specbench.harness.runner import resolve_profile
+    from specbench.model import cache_root
+    from specbench.profile import cache_path, measure_profile, profile_key, save_profile
+
+    wanted = parse_budget_spec(config.tree_budget, list(drafters))
+    if AUTO not in wanted.values():
+        return choose_budgets(wanted, None), None
+    profile, source = resolve_profile(config, target)
+    if profile is None:
+        print("specbench: no verify-cost profile for this machine yet; measuring one (`specbench profile`)",
+              file=sys.stderr)
+        profile = measure_profile(target)
+        source = str(save_profile(profile, cache_path(profile_key(target), cache_root())))
+    calibration = Path(config.calibration) if config.calibration else default_calibration_file()
+    tokens = min(config.max_new_tokens, CALIBRATION_TOKENS)
+    trajectories, trajectory_key = calibration_trajectories(target, prompts, calibration, tokens, config.template,
+                                                            cache_root())
+    timing = measure_loop_timing(target, trajectories[0].prompt.tolist())
+    candidates = [b for b in (config.auto_budgets or DEFAULT_CANDIDATES) if b <= max(profile.sizes)] or [1]
+    machine = {name: profile.key.get(name) for name in ("device", "device_name", "dtype", "threads", "torch")}
+
+    def calibrate(name: str):
+        if progress:
+            print(f"specbench: choosing {name}'s tree budget (replay over {len(trajectories)} calibration prompts)",
+                  file=sys.stderr)
+        points = replayed_curve(target, name, drafters[name], config.drafter_options.get(name, {}), trajectories,
+                                trajectory_key, candidates, tokens, machine, cache_root())
+        return points, profile, timing
+
+    choices = choose_budgets(wanted, calibrate)
+    record = {"file": str(calibration), "questions": len(trajectories), "max_new_tokens": tokens,
+              "candidates": candidates, "profile_source": source, "loop": asdict(timing)}
+    return choices, record
