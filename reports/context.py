@@ -33,6 +33,16 @@ def _parameters(count: object) -> str:
     return f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.1f} M"
 
 
+def _budgets(config: dict, budgets: dict | None) -> str:
+    """The ``--tree-budget`` given and, when the manifest records them, what each drafter ran at."""
+    spec = str(config.get("tree_budget", "?"))
+    if not budgets:
+        return spec
+    ran = ", ".join(f"{name} {choice['budget']}" + (" (auto)" if choice.get("how") == "auto" else "")
+                    for name, choice in budgets.items() if choice.get("how") != "baseline")
+    return f"{spec}: {ran}" if ran else spec
+
+
 def run_context(run: RunResults) -> dict[str, str]:
     """Field -> text, in `FIELDS` order; '?' where the manifest does not say."""
     manifest = run.manifest
@@ -60,7 +70,7 @@ def run_context(run: RunResults) -> dict[str, str]:
         "Versions": versions or "?",
         "git": _short(manifest.get("git_sha")),
         "Drafters": ", ".join(config.get("drafters") or []) or "?",
-        "Tree budget": str(config.get("tree_budget", "?")),
+        "Tree budget": _budgets(config, manifest.get("budgets")),
         "Max new tokens": str(config.get("max_new_tokens", "?")),
         "Repeats": str(config.get("repeats", "?")),
         "Timing": timing,

@@ -4,6 +4,8 @@ answer files alone (never from a model), with the formulas of `specbench.metrics
 Stage shares are fractions of *decode* time (turn wall time minus prefill): draft + transform + verify +
 accept + other = 1. They are empty for runs recorded with ``--no-breakdown``.
 ``equal_to_vanilla`` is the fraction of (question, turn) pairs whose ids equal vanilla's.
+``tree_budget`` is the budget the drafter ran at (empty for records that predate it; the largest if
+records of one drafter disagree, which only hand-merged runs can do).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from specbench.errors import SpecbenchError
 from specbench.results import BASELINE, SUMMARY, Answer, drafter_order, load_run
 
 COLUMNS = [
-    "drafter", "category", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
+    "drafter", "category", "tree_budget", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
     "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
 ]
@@ -46,6 +48,7 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
                     "drafter": drafter,
                     "question_id": record.question_id,
                     "category": record.category,
+                    "tree_budget": np.nan if record.tree_budget is None else record.tree_budget,
                     "new_tokens": sum(record.new_tokens),
                     "wall_s": sum(record.wall_time),
                     "accept_lengths": record.accept_lengths,
@@ -71,6 +74,7 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
     row = {
         "drafter": drafter,
         "category": category,
+        "tree_budget": rows["tree_budget"].max(),
         "n_questions": len(rows),
         "new_tokens": int(rows["new_tokens"].sum()),
         "wall_s": wall,

@@ -180,7 +180,7 @@ class Answer:
             }],
             "equal_to_vanilla": self.equal_to_vanilla,
             "first_divergence": self.first_divergence,
-            "tree_budget": self.tree_budget,
+            **({} if self.tree_budget is None else {"tree_budget": self.tree_budget}),  # older records have none
             **self.extra,
         }
 

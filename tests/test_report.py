@@ -101,7 +101,11 @@ def make_record(drafter: str, qid: int, category: str, breakdown: bool = True) -
         }],
         "equal_to_vanilla": all(d is None for d in divergence),
         "first_divergence": [None] * turns if drafter == "vanilla" else divergence,
+        "tree_budget": 1 if drafter == "vanilla" else BUDGETS.get(drafter, 16),
     }
+
+
+BUDGETS = {"ngram": 6, "chain": 16}  # what each synthetic drafter "ran at"
 
 
 def manifest(model: str = "tiny-llama", device: str = "cpu", breakdown: bool = True, drafters=DRAFTERS) -> dict:
@@ -259,7 +263,7 @@ def test_markdown_shows_the_csv_numbers(rendered, by_category):
     for drafter in ("ngram", "chain"):
         for category in ("math", "overall", "turn 2"):
             r = csv_row(by_category, drafter, category)
-            cells = (f"| {drafter} | {category} | {r['n_questions']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | "
+            cells = (f"| {drafter} | {category} | {BUDGETS[drafter]} | {r['n_questions']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | "
                      f"{r['speedup']:.2f} [{r['speedup_ci_low']:.2f}, {r['speedup_ci_high']:.2f}] | "
                      f"{100 * r['equal_to_vanilla']:.0f}% | {100 * r['proposed_share']:.0f}% | "
                      f"{100 * r['accept_cond_1']:.0f}% |")
@@ -620,9 +624,10 @@ def test_a_run_without_manifest_still_reports(tmp_path):
 
 def test_display_table_matches_numbers(mt_run):
     table = category_table(category_summary(load_runs([mt_run])[0].answers))
-    assert list(table.display.columns)[:8] == ["Drafter", "Category", "Questions", "Tokens/s", "τ", "Speedup [95% CI]",
-                                               "Equal to vanilla", "Drafted"]
-    assert list(table.display.columns)[8:] == ["α1", "α2", "α3", "α4"]
+    assert list(table.display.columns)[:9] == ["Drafter", "Category", "Budget", "Questions", "Tokens/s", "τ",
+                                               "Speedup [95% CI]", "Equal to vanilla", "Drafted"]
+    assert list(table.display.columns)[9:] == ["α1", "α2", "α3", "α4"]
+    assert set(table.display[table.display["Drafter"] == "ngram"]["Budget"]) == {"6"}
     vanilla = table.display[table.display["Drafter"] == "vanilla"].iloc[0]
     assert vanilla["Speedup [95% CI]"] == "1.00 (ref)" and vanilla["α1"] == "–"
 
