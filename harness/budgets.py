@@ -3,7 +3,9 @@ by replaying it over the calibration set and predicting its speedup on this mach
 
 Spec: comma-separated items, each ``N``, ``auto``, ``NAME=N`` or ``NAME=auto``. An unnamed item sets the
 budget of every drafter not named; with none, that is ``auto``. Vanilla always runs at 1: it proposes the
-root alone, so a budget changes nothing for it.
+root alone, so a budget changes nothing for it. A run entry ``NAME@N`` (``--drafters hydra,hydra@2,hydra@8``)
+is drafter NAME pinned to budget N, so one run times a drafter at several budgets side by side,
+interleaved per question like any other entries.
 
 ``auto``, for each drafter (greedy verification only: replay holds for greedy decoding):
 
@@ -33,6 +35,24 @@ AUTO = "auto"
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CURVE_FORMAT = 2  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
+
+
+def split_entry(entry: str) -> tuple[str, int | None]:
+    """A run entry as (registered drafter name, pinned budget or None): ``hydra@4`` -> (hydra, 4)."""
+    name, at, budget = entry.partition("@")
+    if not at:
+        return entry, None
+    if not budget.isdigit() or int(budget) < 1:
+        raise SpecbenchError(f"--drafters entry {entry!r}: NAME@N pins a budget of at least 1 node")
+    return name, int(budget)
+
+
+def create_entry(entry: str, options: dict[str, dict]):
+    """The drafter of a run entry (``hydra`` or ``hydra@4``), with its drafter's ``--drafter-option``s."""
+    from specbench.registry import create_drafter
+
+    name, _ = split_entry(entry)
+    return create_drafter(name, **options.get(name, {}))
 
 
 def parse_budget_spec(spec: str | int, drafters: list[str]) -> dict[str, int | str]:
@@ -68,7 +88,9 @@ def parse_budget_spec(spec: str | int, drafters: list[str]) -> dict[str, int | s
             if unnamed > 1:
                 raise SpecbenchError("--tree-budget has more than one default (an item without NAME=)")
             default = value(item, item)
-    return {name: 1 if name == BASELINE else named.get(name, default) for name in drafters}
+    pinned = {name: split_entry(name)[1] for name in drafters}
+    return {name: 1 if split_entry(name)[0] == BASELINE else pinned[name] or named.get(name, default)
+            for name in drafters}
 
 
 @dataclass
@@ -143,7 +165,7 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
     whose budget is ``auto`` (called only for those)."""
     choices = {}
     for name, budget in wanted.items():
-        if name == BASELINE:
+        if split_entry(name)[0] == BASELINE:
             choices[name] = BudgetChoice(1, "baseline")
         elif budget != AUTO:
             choices[name] = BudgetChoice(int(budget), "fixed")
@@ -186,7 +208,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
         if progress:
             print(f"specbench: choosing {name}'s tree budget (replay over {len(trajectories)} calibration prompts)",
                   file=sys.stderr)
-        points = replayed_curve(target, name, drafters[name], config.drafter_options.get(name, {}), trajectories,
+        points = replayed_curve(target, name, drafters[name], config.drafter_options.get(split_entry(name)[0], {}), trajectories,
                                 trajectory_key, candidates, tokens, machine, cache_root())
         return points, profile, timing
 

@@ -340,7 +340,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specbench.model import load_target
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions, resolve_bench, select_questions
-    from specbench.registry import create_drafter
+    from specbench.harness.budgets import create_entry
     from specbench.replay import question_trajectories, sweep
 
     budgets = _tree_sizes(args.budgets, "--budgets")
@@ -352,7 +352,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                        profile=args.profile)
     config.check()  # the checks `run` makes, before the model loads
     questions = select_questions(load_questions(resolve_bench(config.bench)), config.categories, config.limit)
-    drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in config.ordered_drafters()}
+    drafters = {name: create_entry(name, config.drafter_options) for name in config.ordered_drafters()}
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_target(args.model, args.device, args.dtype)

@@ -22,12 +22,12 @@ import torch
 
 from specbench import __version__
 from specbench.errors import SpecbenchError
-from specbench.harness.budgets import BudgetChoice, parse_budget_spec, resolve_budgets
+from specbench.harness.budgets import BudgetChoice, create_entry, parse_budget_spec, resolve_budgets, split_entry
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel, check_device, load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
-from specbench.registry import available_drafters, create_drafter, get_drafter_class
+from specbench.registry import available_drafters, get_drafter_class
 from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, drafter_order, first_divergence,
                                read_answers, read_manifest, write_json)
 
@@ -81,13 +81,13 @@ class RunConfig:
         if duplicates:
             raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
         for name in self.drafters:
-            get_drafter_class(name)  # unknown names fail here, listing the known ones
+            get_drafter_class(split_entry(name)[0])  # unknown names fail here, listing the known ones
         parse_budget_spec(self.tree_budget, self.drafters)
         if any(b < 1 for b in self.auto_budgets or []):
             raise SpecbenchError("--auto-budgets must be tree budgets of at least 1")
         if self.calibration is not None:
             load_questions(resolve_bench(self.calibration))  # a bad calibration file stops the run here
-        unknown = sorted(set(self.drafter_options) - set(self.drafters))
+        unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
         if unknown:
             raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
         if not model_given and self.model != "default" and not Path(self.model).expanduser().exists():
@@ -170,7 +170,7 @@ class Run:
         self.bench_path = resolve_bench(config.bench)
         self.questions = select_questions(load_questions(self.bench_path), config.categories, config.limit)
         # Built before the model loads, so a bad drafter option stops the run at once.
-        self.drafters = {name: create_drafter(name, **config.drafter_options.get(name, {})) for name in self.drafter_names}
+        self.drafters = {name: create_entry(name, config.drafter_options) for name in self.drafter_names}
         self.done = self._prepare_out_dir()
         self.progress = progress
 

@@ -277,6 +277,84 @@ def tau_vs_speedup(summaries: dict[str, pd.DataFrame], colours: dict[str, str]) 
     return fig
 
 
+# ---- tree budgets ------------------------------------------------------------------------------------------
+@styled
+def verify_cost(profile: dict) -> Figure | None:
+    """The run's verify-cost profile: t_verify(n) / t_verify(1) by tree size, one line per tree shape."""
+    sizes, ms = profile.get("sizes") or [], profile.get("ms") or {}
+    if not sizes or not ms:
+        return None
+    fig = _figure(NARROW, 2.3)
+    ax = fig.add_subplot()
+    for (shape, values), colour in zip(ms.items(), OKABE_ITO):
+        ax.plot(sizes, [v / values[0] for v in values], marker="o", markersize=3, color=colour, label=shape)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("tree nodes (root included)")
+    ax.set_ylabel("verify time / 1-node verify")
+    _y_grid(ax)
+    fig.legend(loc="outside upper center", ncols=len(ms))
+    return fig
+
+
+@styled
+def tau_by_budget(budgets: dict, colours: dict[str, str]) -> Figure | None:
+    """Replayed τ (left) and predicted speedup (right) by budget per auto drafter; the chosen budget ringed."""
+    curves = {d: c for d, c in budgets.items() if c.get("curve")}
+    if not curves:
+        return None
+    fig = _figure(WIDE, 2.3)
+    axes = fig.subplots(1, 2)
+    for drafter in drafter_order(curves):
+        choice = curves[drafter]
+        budget = [p["budget"] for p in choice["curve"]]
+        for ax, key in zip(axes, ("tau", "predicted_speedup")):
+            values = [p[key] for p in choice["curve"]]
+            ax.plot(budget, values, marker="o", markersize=3, color=colours.get(drafter, "black"), label=drafter)
+            chosen = budget.index(choice["budget"])
+            ax.scatter([budget[chosen]], [values[chosen]], s=60, facecolors="none", edgecolors="black", linewidths=0.8)
+    for ax, label in zip(axes, ("τ (replayed, calibration set)", "predicted speedup")):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("tree budget")
+        ax.set_ylabel(label)
+        _y_grid(ax)
+    axes[1].axhline(1.0, color=VANILLA_GREY, linestyle="--", linewidth=0.8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=len(labels))
+    return fig
+
+
+@styled
+def predicted_vs_measured(budgets: pd.DataFrame, colours: dict[str, str]) -> Figure | None:
+    """Measured speedup (95% CI) against the prediction, calibration τ (filled) and run τ (open); the
+    dashed line is measured = predicted, the band ±10%."""
+    rows = budgets[budgets["predicted_speedup"].notna() & budgets["measured_speedup"].notna()]
+    if rows.empty:
+        return None
+    fig = _figure(NARROW, 3.0)
+    ax = fig.add_subplot()
+    for row in rows.itertuples():
+        colour = colours.get(row.drafter, "black")
+        error = [[row.measured_speedup - row.ci_low], [row.ci_high - row.measured_speedup]]
+        ax.errorbar([row.predicted_speedup], [row.measured_speedup], yerr=np.nan_to_num(error), fmt="o",
+                    color=colour, markeredgecolor="black", markeredgewidth=0.6, elinewidth=0.8, capsize=2,
+                    label=f"{row.drafter} ({row.budget})")
+        ax.scatter([row.predicted_with_run_tau], [row.measured_speedup], s=24, facecolors="none", edgecolors=colour)
+    values = [*rows["predicted_speedup"], *rows["predicted_with_run_tau"], *rows["ci_low"], *rows["ci_high"]]
+    low, top = np.nanmin(values) * 0.93, np.nanmax(values) * 1.07
+    line = np.array([low, top])
+    ax.plot(line, line, linestyle="--", color=VANILLA_GREY, linewidth=0.8)
+    ax.fill_between(line, line * 0.9, line * 1.1, color="#EEEEEE", linewidth=0)
+    ax.set_xlim(low, top)
+    ax.set_ylim(low, top)
+    ax.set_xlabel("predicted speedup")
+    ax.set_ylabel("measured speedup")
+    _y_grid(ax)
+    fig.legend(loc="outside upper center", ncols=2)
+    return fig
+
+
 # ---- output ----------------------------------------------------------------------------------------------
 def save(fig: Figure, stem: Path, formats: list[str], dpi: int) -> list[Path]:
     """Write ``stem.<format>`` for each format; SVG keeps text as text, PDF embeds TrueType fonts."""

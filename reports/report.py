@@ -63,7 +63,8 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
     section.tables += [category, tables.category_paper_table(category.data)]
     acceptance, histogram = tables.acceptance_table(run), tables.histogram_table(run)
     breakdown = tables.breakdown_table(run, summary)
-    section.tables += [t for t in (acceptance, histogram, breakdown) if t is not None]
+    budgets = tables.budget_table(run, summary)
+    section.tables += [t for t in (acceptance, histogram, breakdown, budgets) if t is not None]
 
     skipped: dict[str, list[str]] = {}  # reason -> chart names
 
@@ -91,6 +92,14 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
         "no drafter proposed anything")
     add("accept_length_hist", "Accepted-length histogram",
         None if histogram is None else charts.accept_length_histogram(histogram.data, colours), no_drafter)
+    manifest = run.manifest or {}
+    no_budgets = "no budget was chosen by auto (a fixed --tree-budget, or a run before budgets were recorded)"
+    add("verify_cost", "Verify cost by tree size (the run's profile)",
+        charts.verify_cost(manifest["profile"]) if manifest.get("profile") else None, "the run recorded no profile")
+    add("tau_by_budget", "τ and predicted speedup by tree budget (replayed; chosen budget ringed)",
+        charts.tau_by_budget(manifest["budgets"], colours) if manifest.get("budgets") else None, no_budgets)
+    add("predicted_vs_measured", "Predicted vs measured speedup (filled: calibration τ; open: run τ)",
+        None if budgets is None else charts.predicted_vs_measured(budgets.data, colours), no_budgets)
     section.notes += [f"chart{'s' if len(names) > 1 else ''} {', '.join(names)} skipped: {why}"
                       for why, names in skipped.items()]
     return section

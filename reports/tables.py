@@ -251,3 +251,44 @@ def breakdown_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
             "verification forward; draft module: drafter.propose minus transform; accept: compare, KV commit, "
             "drafter.accept; other: the rest of the loop. ms/token: decode time over tokens emitted by decode steps.")
     return Table("latency_breakdown", "Latency breakdown", data, shown, note)
+
+
+# ---- tree budgets -----------------------------------------------------------------------------------------
+def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
+    """Per drafter: the budget it ran at and how it was chosen; for ``auto``, the calibration's τ and
+    predicted speedup at that budget, the prediction redone with the run's own τ (same costs: it checks
+    the cost model apart from how well the calibration set stands for the benchmark), and the measured
+    speedup. None when the manifest records no budgets (runs before they were recorded)."""
+    budgets = (run.manifest or {}).get("budgets")
+    if not budgets:
+        return None
+    rows = []
+    for drafter, choice in budgets.items():
+        overall = summary[(summary["drafter"] == drafter) & (summary["category"] == OVERALL)]
+        if drafter == BASELINE or overall.empty:
+            continue
+        tau, speedup = overall["tau"].iloc[0], overall["speedup"].iloc[0]
+        point = next((p for p in choice.get("curve") or [] if p["budget"] == choice["budget"]), None)
+        predicted = point["predicted_speedup"] if point else np.nan
+        calibration_tau = point["tau"] if point else np.nan
+        rows.append({"drafter": drafter, "how": choice["how"], "budget": choice["budget"],
+                     "calibration_tau": calibration_tau, "run_tau": tau, "predicted_speedup": predicted,
+                     "predicted_with_run_tau": predicted * tau / calibration_tau if point else np.nan,
+                     "measured_speedup": speedup,
+                     "ci_low": overall["speedup_ci_low"].iloc[0], "ci_high": overall["speedup_ci_high"].iloc[0]})
+    if not rows:
+        return None
+    data = pd.DataFrame(rows)
+    display = pd.DataFrame({
+        "Drafter": data["drafter"], "Budget": [f"{b} ({h})" for b, h in zip(data["budget"], data["how"])],
+        "τ calibration": [fmt(v) for v in data["calibration_tau"]], "τ run": [fmt(v) for v in data["run_tau"]],
+        "Predicted": [fmt(v) for v in data["predicted_speedup"]],
+        "Predicted, run τ": [fmt(v) for v in data["predicted_with_run_tau"]],
+        "Measured [95% CI]": [f"{fmt(s)} [{fmt(lo)}, {fmt(hi)}]"
+                              for s, lo, hi in zip(data["measured_speedup"], data["ci_low"], data["ci_high"])],
+    })
+    note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (v1 r(b) + d(b) + o), τ(b) and the "
+            "draft cost d(b) replayed on the calibration set, r(b) the verify-cost profile's ratio for the trees "
+            "the drafter proposed, v1 and o this run's measured 1-node verify and loop overhead. Predicted, run τ: "
+            "the same costs with the run's τ.")
+    return Table("budgets", "Tree budgets: chosen, predicted and measured", data, display, note)

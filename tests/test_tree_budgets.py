@@ -1,0 +1,163 @@
+"""`--tree-budget`: the spec (N, auto, per drafter), tree-shape-aware verify costs, and `auto` in a run:
+each drafter's budget is chosen from a replay over the calibration set, recorded in the answers, the
+manifest and summary.csv, and kept by a resumed run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench.budget import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
+from specbench.errors import SpecbenchError
+from specbench.harness.budgets import AUTO, parse_budget_spec
+from specbench.profile import VerifyProfile, save_profile
+from test_cli import assert_one_line_error, run_cli
+
+DRAFTERS = ["vanilla", "ngram", "hydra", "medusa"]
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("auto", {"vanilla": 1, "ngram": AUTO, "hydra": AUTO, "medusa": AUTO}),
+    (16, {"vanilla": 1, "ngram": 16, "hydra": 16, "medusa": 16}),
+    ("hydra=2,medusa=3", {"vanilla": 1, "ngram": AUTO, "hydra": 2, "medusa": 3}),
+    ("hydra=auto, 8", {"vanilla": 1, "ngram": 8, "hydra": AUTO, "medusa": 8}),
+    ("vanilla=5", {"vanilla": 1, "ngram": AUTO, "hydra": AUTO, "medusa": AUTO}),  # vanilla proposes the root only
+])
+def test_budget_spec(spec, expected):
+    assert parse_budget_spec(spec, DRAFTERS) == expected
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("0", "at least 1"), ("four", "expected a node count or 'auto'"), ("hydra=0", "at least 1"),
+    ("ctc=4", "not in --drafters"), ("hydra=2,hydra=3", "more than once"), ("4,8", "more than one default"),
+    (" , ", "empty"),
+])
+def test_bad_budget_specs_are_one_line(spec, fragment):
+    with pytest.raises(SpecbenchError, match=fragment):
+        parse_budget_spec(spec, DRAFTERS)
+
+
+@pytest.mark.parametrize("spec, fragment", [("hydra=x", "--tree-budget 'hydra=x'"), ("nosuch=2", "not in --drafters")])
+def test_bad_budget_specs_exit_2_on_the_command_line(spec, fragment):
+    assert_one_line_error(run_cli("run", "--drafters", "vanilla,hydra", "--tree-budget", spec), fragment)
+
+
+def two_shapes(chain: list[float], bushy: list[float], sizes=(1, 2, 4, 8)) -> VerifyProfile:
+    return VerifyProfile(key={"model": "m"}, sizes=list(sizes), ms={"chain": chain, "bushy": bushy})
+
+
+def test_verify_cost_follows_the_trees_a_drafter_really_proposes():
+    profile = two_shapes([10, 12, 14, 18], [10, 12, 20, 30])
+    assert tree_ratio(profile, 8, 7) == pytest.approx(1.8)  # a chain of 8 nodes
+    assert tree_ratio(profile, 8, 2) == pytest.approx(3.0)  # as deep as the profile's bushy tree of 8
+    assert 1.8 < tree_ratio(profile, 8, 4) < 3.0
+    # a drafter that proposes the root alone at half its steps costs half as much more as one that never does
+    full = BudgetPoint(8, 2.0, 0.0, {"8:7": 10})
+    half = BudgetPoint(8, 2.0, 0.0, {"8:7": 5, "1:0": 5})
+    assert verify_ratio(full, profile) == pytest.approx(1.8) and verify_ratio(half, profile) == pytest.approx(1.4)
+    assert predicted_speedup(half, profile) > predicted_speedup(full, profile)
+    assert verify_ratio(BudgetPoint(4, 1.5, 0.0), profile) == pytest.approx(profile.relative(4))  # no trees: the budget
+
+
+def test_the_measured_scale_replaces_the_profiles_and_near_ties_go_to_the_smaller_budget():
+    profile = two_shapes([10, 10, 10, 10], [10, 10, 10, 10])
+    point = BudgetPoint(4, 2.0, 1.0)
+    assert predicted_speedup(point, profile, overhead_ms=1.0, verify1_ms=50.0) == pytest.approx(2.0 * 51 / 52)
+    points = [BudgetPoint(1, 1.0, 0.0), BudgetPoint(2, 1.5, 0.0), BudgetPoint(4, 1.504, 0.0), BudgetPoint(8, 1.505, 0.0)]
+    best, predictions = best_budget(points, profile)
+    assert best == 2 and predictions[8] > predictions[2]  # within 0.5%: the cheaper tree
+
+
+@pytest.fixture()
+def tiny_run_setup(tmp_path, monkeypatch):
+    """A tiny target, a two-question calibration file, a flat profile and a private cache."""
+    from conftest import build_tiny_model
+    from test_export import char_bpe_tokenizer
+
+    from specbench.model import TargetModel
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    calibration = tmp_path / "calibration.jsonl"
+    calibration.write_text("".join(json.dumps({"question_id": i, "category": "c", "turns": [text]}) + "\n"
+                                   for i, text in enumerate(["count to ten", "abc abc abc abc"])))
+    profile = save_profile(VerifyProfile(key={"model": "tiny"}, sizes=[1, 2, 4, 8], ms={"chain": [5.0, 5.0, 5.1, 5.2]}),
+                           tmp_path / "flat.json")
+    target = TargetModel(build_tiny_model("llama"), char_bpe_tokenizer(tmp_path / "tok"))
+    return target, calibration, profile
+
+
+def run_tiny(target, out, **options):
+    from specbench.harness.runner import Run, RunConfig
+
+    config = RunConfig(out=str(out), drafters=["vanilla", "ngram"], bench="demo", categories=["math"], limit=2,
+                       max_new_tokens=12, warmup=False, **options)
+    return Run(config, progress=False, target=target).execute()
+
+
+def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, tmp_path, monkeypatch):
+    from specbench.harness import budgets as budgets_module
+    from specbench.reports.summary import write_summary
+    from specbench.results import load_run
+
+    target, calibration, profile = tiny_run_setup
+    out = tmp_path / "run"
+    run_tiny(target, out, calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8])
+    manifest = json.loads((out / "manifest.json").read_text())
+    choice = manifest["budgets"]["ngram"]
+    assert manifest["budgets"]["vanilla"] == {"budget": 1, "how": "baseline", "predicted_speedup": None, "curve": []}
+    assert choice["how"] == AUTO and [point["budget"] for point in choice["curve"]] == [1, 2, 4, 8]
+    best = max(point["predicted_speedup"] for point in choice["curve"])
+    assert choice["budget"] in [p["budget"] for p in choice["curve"] if p["predicted_speedup"] >= best * 0.995]
+    assert manifest["calibration"]["questions"] == 2 and manifest["calibration"]["loop"]["verify1_ms"] > 0
+    runs = load_run(out)
+    assert {a.tree_budget for a in runs["ngram"]} == {choice["budget"]} and {a.tree_budget for a in runs["vanilla"]} == {1}
+    summary = write_summary(out)
+    assert set(summary[summary["drafter"] == "ngram"]["tree_budget"]) == {choice["budget"]}
+
+    # drop the last question of ngram and resume: the manifest's budgets are kept, nothing is recalibrated
+    path = out / "answers" / "ngram.jsonl"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    monkeypatch.setattr(budgets_module, "replayed_curve", lambda *a, **k: pytest.fail("recalibrated on resume"))
+    run_tiny(target, out, calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8], resume=True)
+    assert {a.tree_budget for a in load_run(out)["ngram"]} == {choice["budget"]}
+    assert len(load_run(out)["ngram"]) == 2
+
+
+def test_fixed_per_drafter_budgets_need_no_calibration(tiny_run_setup, tmp_path):
+    target, _, _ = tiny_run_setup
+    out = run_tiny(target, tmp_path / "run", tree_budget="ngram=3")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["budgets"]["ngram"]["budget"] == 3 and manifest["budgets"]["ngram"]["how"] == "fixed"
+    assert manifest["calibration"] is None
+    assert not (tmp_path / "cache" / "calibration").exists()
+
+
+def test_calibration_trajectories_and_curves_are_cached(tiny_run_setup, tmp_path):
+    target, calibration, profile = tiny_run_setup
+    run_tiny(target, tmp_path / "a", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
+    cached = sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file())
+    assert len([n for n in cached if n.startswith("trajectories-")]) == 1
+    assert len([n for n in cached if n.startswith("ngram-")]) == 1
+    run_tiny(target, tmp_path / "b", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
+    assert sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file()) == cached
+
+
+def test_entries_pin_a_drafter_to_budgets_side_by_side(tiny_run_setup, tmp_path):
+    from specbench.results import load_run
+
+    target, _, _ = tiny_run_setup
+    from specbench.harness.runner import Run, RunConfig
+
+    config = RunConfig(out=str(tmp_path / "run"), drafters="vanilla,ngram@2,ngram@6", bench="demo", categories=["math"],
+                       limit=1, max_new_tokens=12, warmup=False, tree_budget=4,
+                       drafter_options={"ngram": {"max_depth": 5}})
+    Run(config, progress=False, target=target).execute()
+    runs = load_run(tmp_path / "run")
+    assert list(runs) == ["vanilla", "ngram@2", "ngram@6"]
+    assert {a.tree_budget for a in runs["ngram@2"]} == {2} and {a.tree_budget for a in runs["ngram@6"]} == {6}
+    assert all(step.nodes <= 2 for a in runs["ngram@2"] for turn in a.steps for step in turn)
+    assert runs["ngram@2"][0].output_ids == runs["vanilla"][0].output_ids == runs["ngram@6"][0].output_ids
+    assert parse_budget_spec("auto", ["vanilla@3", "hydra@5", "hydra"]) == {"vanilla@3": 1, "hydra@5": 5, "hydra": AUTO}
+    with pytest.raises(SpecbenchError, match="NAME@N"):
+        parse_budget_spec("auto", ["hydra@0"])
