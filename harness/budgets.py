@@ -12,11 +12,13 @@ interleaved per question like any other entries.
 1. the calibration set's greedy trajectories (`specbench.calibration`, cached);
 2. the drafter replayed over them at every candidate budget: tau(b) and its own draft ms per step
    (cached per drafter identity, candidates and machine);
-3. this process's loop, measured on one calibration prompt with plain decoding: verify ms of a
-   one-node step (v1) and the rest of a step (overhead o: accept, KV commit, bookkeeping);
+3. the loop, measured on one calibration prompt with plain decoding: verify ms of a one-node step (v1)
+   and the rest of a step (overhead o: accept, KV commit, bookkeeping); measured once per machine and
+   cached, so that the choice does not flip between runs on noise;
 4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + d(b) + o), where r(b) = t(b) / t(1) from the
-   verify-cost profile (its shape; the scale comes from this process, so a profile measured at another
-   moment, or on another machine of the same kind, still applies), and the budget that maximises it.
+   verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
+   another moment, or on another machine of the same kind, still applies), and the budget that
+   maximises it.
 """
 
 from __future__ import annotations
@@ -131,6 +133,22 @@ def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKE
     return LoopTiming(verify1_ms=verify, overhead_ms=max(step_ms - staged, 0.0), steps=len(result.steps))
 
 
+def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, machine: dict, root: Path) -> LoopTiming:
+    """`measure_loop_timing`, measured once per model, calibration set and machine, then read from the
+    cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
+    predictions of neighbouring budgets often differ by less than this timing's noise)."""
+    from specbench.calibration import key_digest
+
+    key = {"trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
+    path = root / "calibration" / f"loop-{key_digest(key)}.json"
+    if path.exists():
+        return LoopTiming(**json.loads(path.read_text(encoding="utf-8"))["timing"])
+    timing = measure_loop_timing(target, prompt_ids)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "timing": asdict(timing)}, indent=1, default=str) + "\n", encoding="utf-8")
+    return timing
+
+
 def drafter_identity(name: str, drafter, options: dict) -> dict:
     """What a drafter's proposals depend on: its class, options and (for trained ones) weights."""
     kind = type(drafter)
@@ -200,9 +218,9 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
     tokens = min(config.max_new_tokens, CALIBRATION_TOKENS)
     trajectories, trajectory_key = calibration_trajectories(target, prompts, calibration, tokens, config.template,
                                                             cache_root())
-    timing = measure_loop_timing(target, trajectories[0].prompt.tolist())
-    candidates = [b for b in (config.auto_budgets or DEFAULT_CANDIDATES) if b <= max(profile.sizes)] or [1]
     machine = {name: profile.key.get(name) for name in ("device", "device_name", "dtype", "threads", "torch")}
+    timing = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root())
+    candidates = [b for b in (config.auto_budgets or DEFAULT_CANDIDATES) if b <= max(profile.sizes)] or [1]
 
     def calibrate(name: str):
         if progress:

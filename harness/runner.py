@@ -221,8 +221,11 @@ class Run:
             self.budgets = {name: BudgetChoice(**choice) for name, choice in manifest["budgets"].items()}
         else:
             self.budgets, calibration = resolve_budgets(config, target, prompts, drafters, self.progress)
-            write_json(self.out / MANIFEST, build_manifest(config, target, self.bench_path, self.questions,
-                                                           self.budgets, calibration))
+            if manifest is None:
+                manifest = build_manifest(config, target, self.bench_path, self.questions, self.budgets, calibration)
+            else:  # resuming a run recorded before budgets were: add them, keep the rest as it was
+                manifest |= {"budgets": {n: c.to_json() for n, c in self.budgets.items()}, "calibration": calibration}
+            write_json(self.out / MANIFEST, manifest)
 
         todo = self.pending()
         if config.warmup and todo:

@@ -139,6 +139,7 @@ def test_calibration_trajectories_and_curves_are_cached(tiny_run_setup, tmp_path
     cached = sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file())
     assert len([n for n in cached if n.startswith("trajectories-")]) == 1
     assert len([n for n in cached if n.startswith("ngram-")]) == 1
+    assert len([n for n in cached if n.startswith("loop-")]) == 1  # the loop is timed once per machine
     run_tiny(target, tmp_path / "b", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
     assert sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file()) == cached
 
