@@ -278,6 +278,14 @@ def tau_vs_speedup(summaries: dict[str, pd.DataFrame], colours: dict[str, str]) 
 
 
 # ---- tree budgets ------------------------------------------------------------------------------------------
+def _budget_axis(ax, sizes: list[int]) -> None:
+    """A log2 x axis labelled with the powers of two among ``sizes``, as integers."""
+    ax.set_xscale("log", base=2)
+    ticks = [n for n in sizes if n & (n - 1) == 0]
+    ax.set_xticks(ticks, [str(n) for n in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 @styled
 def verify_cost(profile: dict) -> Figure | None:
     """The run's verify-cost profile: t_verify(n) / t_verify(1) by tree size, one line per tree shape."""
@@ -288,8 +296,7 @@ def verify_cost(profile: dict) -> Figure | None:
     ax = fig.add_subplot()
     for (shape, values), colour in zip(ms.items(), OKABE_ITO):
         ax.plot(sizes, [v / values[0] for v in values], marker="o", markersize=3, color=colour, label=shape)
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    _budget_axis(ax, sizes)
     ax.set_xlabel("tree nodes (root included)")
     ax.set_ylabel("verify time / 1-node verify")
     _y_grid(ax)
@@ -313,9 +320,9 @@ def tau_by_budget(budgets: dict, colours: dict[str, str]) -> Figure | None:
             ax.plot(budget, values, marker="o", markersize=3, color=colours.get(drafter, "black"), label=drafter)
             chosen = budget.index(choice["budget"])
             ax.scatter([budget[chosen]], [values[chosen]], s=60, facecolors="none", edgecolors="black", linewidths=0.8)
+    budgets = sorted({p["budget"] for choice in curves.values() for p in choice["curve"]})
     for ax, label in zip(axes, ("τ (replayed, calibration set)", "predicted speedup")):
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        _budget_axis(ax, budgets)
         ax.set_xlabel("tree budget")
         ax.set_ylabel(label)
         _y_grid(ax)
