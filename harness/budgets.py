@@ -23,7 +23,6 @@ interleaved per question like any other entries.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from specbench.results import BASELINE
 AUTO = "auto"
 #: budgets `auto` chooses among (those above the largest profiled size are dropped)
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-CURVE_FORMAT = 2  # bump when what a cached curve holds changes
+CURVE_FORMAT = 3  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
 
 
@@ -137,16 +136,11 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
     """`measure_loop_timing`, measured once per model, calibration set and machine, then read from the
     cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
     predictions of neighbouring budgets often differ by less than this timing's noise)."""
-    from specbench.calibration import key_digest
+    from specbench.calibration import cached_json, key_digest
 
     key = {"trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
-    if path.exists():
-        return LoopTiming(**json.loads(path.read_text(encoding="utf-8"))["timing"])
-    timing = measure_loop_timing(target, prompt_ids)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "timing": asdict(timing)}, indent=1, default=str) + "\n", encoding="utf-8")
-    return timing
+    return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids))))
 
 
 def drafter_identity(name: str, drafter, options: dict) -> dict:
@@ -159,23 +153,19 @@ def drafter_identity(name: str, drafter, options: dict) -> dict:
 def replayed_curve(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
                    candidates: list[int], max_new_tokens: int, machine: dict, root: Path) -> list[BudgetPoint]:
     """tau and draft ms per candidate budget, replayed over the calibration trajectories (cached)."""
-    from specbench.calibration import key_digest
+    from specbench.calibration import cached_json, key_digest
     from specbench.replay import budget_point, sweep
 
     drafter.reset(target.handle)  # a trained drafter loads its checkpoint here, so its identity is known
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
            "candidates": candidates, "machine": machine}
+
+    def replayed() -> list[dict]:
+        table = sweep(target, {name: drafter}, [("calibration", t) for t in trajectories], candidates, max_new_tokens)
+        return [asdict(budget_point(row)) for row in table[table["category"] == "overall"].itertuples()]
+
     path = root / "calibration" / "curves" / f"{name}-{key_digest(key)}.json"
-    if path.exists():
-        return [BudgetPoint(**point) for point in json.loads(path.read_text(encoding="utf-8"))["points"]]
-    turns = [("calibration", trajectory) for trajectory in trajectories]
-    table = sweep(target, {name: drafter}, turns, candidates, max_new_tokens)
-    overall = table[table["category"] == "overall"]
-    points = [budget_point(row) for row in overall.itertuples()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "points": [asdict(p) for p in points]}, indent=1, default=str) + "\n",
-                    encoding="utf-8")
-    return points
+    return [BudgetPoint(**point) for point in cached_json(path, key, replayed)]
 
 
 def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetChoice]:
@@ -203,7 +193,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
     from specbench.calibration import CALIBRATION_TOKENS, calibration_trajectories, default_calibration_file
     from specbench.harness.runner import resolve_profile
     from specbench.model import cache_root
-    from specbench.profile import cache_path, measure_profile, profile_key, save_profile
+    from specbench.profile import measure_and_cache
 
     wanted = parse_budget_spec(config.tree_budget, list(drafters))
     if AUTO not in wanted.values():
@@ -212,8 +202,8 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
     if profile is None:
         print("specbench: no verify-cost profile for this machine yet; measuring one (`specbench profile`)",
               file=sys.stderr)
-        profile = measure_profile(target)
-        source = str(save_profile(profile, cache_path(profile_key(target), cache_root())))
+        profile, path = measure_and_cache(target, cache_root())
+        source = str(path)
     calibration = Path(config.calibration) if config.calibration else default_calibration_file()
     tokens = min(config.max_new_tokens, CALIBRATION_TOKENS)
     trajectories, trajectory_key = calibration_trajectories(target, prompts, calibration, tokens, config.template,

@@ -301,7 +301,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from specbench.model import cache_root, check_device, load_target
-    from specbench.profile import TREE_SHAPES, cache_path, load_profile, measure_profile, profile_key, save_profile
+    from specbench.profile import TREE_SHAPES, cache_path, load_profile, measure_and_cache, profile_key, save_profile
 
     sizes = _tree_sizes(args.sizes, "--sizes")
     unknown = [shape for shape in args.shapes if shape not in TREE_SHAPES]
@@ -321,8 +321,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         profile = load_profile(path)
         print(f"cached profile {path} (measured {profile.measured}; --force measures again)", file=sys.stderr)
     else:
-        profile = measure_profile(target, sizes, args.shapes, args.prefix, args.repeats)
-        save_profile(profile, path)
+        profile, path = measure_and_cache(target, cache_root(), sizes=sizes, shapes=args.shapes, prefix=args.prefix,
+                                          repeats=args.repeats)
         print(f"wrote {path}", file=sys.stderr)
     if args.out:
         save_profile(profile, Path(args.out))

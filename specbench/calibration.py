@@ -42,6 +42,17 @@ def key_digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def cached_json(path: Path, key: dict, compute):
+    """The ``value`` stored in ``path`` (a JSON file ``{"key": key, "value": ...}``), else ``compute()``
+    written there first. ``path`` is named by the key's digest, so a changed key is a new file."""
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))["value"]
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "value": value}, indent=1, default=str) + "\n", encoding="utf-8")
+    return value
+
+
 def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens: int, template: str | None,
                              root: Path) -> tuple[list[Trajectory], dict]:
     """(one trajectory per calibration question's first turn, the cache key); recorded or read from the

@@ -227,6 +227,12 @@ def save_profile(profile: VerifyProfile, path: Path) -> Path:
     return path
 
 
+def measure_and_cache(target, root: Path, **options) -> tuple[VerifyProfile, Path]:
+    """`measure_profile` (``options`` passed on) saved where `cached_profile` finds it; (profile, path)."""
+    profile = measure_profile(target, **options)
+    return profile, save_profile(profile, cache_path(profile_key(target), root))
+
+
 def cached_profile(target, root: Path) -> VerifyProfile | None:
     """The cached profile for this target, device, dtype, threads and torch version, if one was measured."""
     path = cache_path(profile_key(target), root)
