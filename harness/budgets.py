@@ -138,7 +138,7 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
     predictions of neighbouring budgets often differ by less than this timing's noise)."""
     from specbench.calibration import cached_json, key_digest
 
-    key = {"trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
+    key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
     return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids))))
 
