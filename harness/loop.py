@@ -1,8 +1,9 @@
 """The decode loop. It exists once: every drafter, vanilla included, runs through `generate`.
 
 prefill -> root; then repeat: drafter.propose -> DraftTree; target.forward_tree (verify);
-verify_greedy + KV commit + drafter.accept (accept); emit accepted tokens + bonus; until EOS or
-``max_new_tokens``. Tokens are counted from ids, the same way for every drafter: up to and including
+the acceptance rule + KV commit + drafter.accept (accept); emit accepted tokens + bonus; until EOS or
+``max_new_tokens``. The rule (`specbench.verify.make_rule`) is greedy at temperature 0 and otherwise
+samples from one seeded CPU generator per sequence, so a sampled turn is reproduced from its seed. Tokens are counted from ids, the same way for every drafter: up to and including
 EOS, capped at ``max_new_tokens``; the root chosen at prefill is the first new token.
 """
 
@@ -17,7 +18,8 @@ from specbench.drafter import DraftContext, Drafter
 from specbench.model import TargetModel
 from specbench.results import Step
 from specbench.timing import StageTimer, wall_clock
-from specbench.verify import verify_greedy
+from specbench.sampling import Sampling
+from specbench.verify import make_rule
 
 
 @dataclass
@@ -48,8 +50,12 @@ def generate(
     max_new_tokens: int,
     budget: int,
     breakdown: bool = False,
+    sampling: Sampling | None = None,
+    seed: int | None = None,
 ) -> TurnResult:
-    """Greedy speculative generation of one sequence; output ids equal plain greedy decoding."""
+    """Speculative generation of one sequence. Greedy (the default): output ids equal plain greedy
+    decoding. Sampling (``sampling.temperature > 0``, random stream seeded by ``seed``): lossless rules
+    give output distributed as sampling from the target alone."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be at least 1")
     timer = StageTimer(target.device, enabled=breakdown)
@@ -57,13 +63,14 @@ def generate(
     prompt_len = len(prompt_ids)
     buffer = torch.empty(prompt_len + max_new_tokens + 1, dtype=torch.long)  # every token so far
     buffer[:prompt_len] = torch.tensor(prompt_ids, dtype=torch.long)
+    rule = make_rule(sampling or Sampling(), seed)
     drafter.reset(target.handle)
 
     start = wall_clock(target.device)
     cache = target.new_cache()
     with timer.stage("prefill"):
         logits, hidden = target.prefill(buffer[:prompt_len], cache)  # logits [V], hidden [L, H]
-        root = int(logits.argmax())
+        root = rule.first_token(logits)
     output = [root]
     buffer[prompt_len] = root
     past = prompt_len  # positions in the KV cache; the root is not among them
@@ -81,7 +88,7 @@ def generate(
         with timer.stage("verify"):
             logits, hidden_nodes = target.forward_tree(tree, cache)  # [n, V], [n, H]
         with timer.stage("accept"):
-            outcome = verify_greedy(tree, logits, hidden_nodes)
+            outcome = rule.verify(tree, logits, hidden_nodes)
             kv.commit_path(cache, past, outcome.path, len(tree))
             drafter.accept(outcome)
 

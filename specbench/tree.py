@@ -21,15 +21,20 @@ class DraftTree:
 
     tokens:  LongTensor[n]   token id of each node (node 0 = root)
     parents: LongTensor[n]   parent index of each node (-1 for the root)
-    probs:   Tensor[n, V] | None  the drafter's distribution at each node (kept for sampling-based
-             verification later; greedy verification ignores it)
+    probs:   Tensor[n, V] | None  for drafters that *sample* their proposals: ``probs[i]`` is the draft
+             distribution q that node i's children were drawn from (rows of leaves are ignored). None
+             (every built-in drafter) marks deterministic drafts. Greedy verification ignores it.
+    draws:   how sampled children were drawn from ``probs[i]``: "independent" (with replacement) or
+             "without_replacement" (each draw from q with the earlier siblings removed)
     """
 
     tokens: torch.Tensor
     parents: torch.Tensor
     probs: torch.Tensor | None = None
+    draws: str = "independent"
     _parents_list: list[int] | None = field(default=None, repr=False, compare=False)
     _depths: list[int] | None = field(default=None, repr=False, compare=False)
+    _children: list[list[int]] | None = field(default=None, repr=False, compare=False)
 
     # ---- constructors -------------------------------------------------------------------------------
     @classmethod
@@ -93,6 +98,16 @@ class DraftTree:
             self._depths = depth
         return self._depths
 
+    def children(self) -> list[list[int]]:
+        """Each node's children, in index order (the order drafters rank them, most likely first)."""
+        if self._children is None:
+            kids: list[list[int]] = [[] for _ in range(len(self))]
+            for i, p in enumerate(self.parents_list):
+                if p >= 0:
+                    kids[p].append(i)
+            self._children = kids
+        return self._children
+
     def max_depth(self) -> int:
         return max(self.depths())
 
@@ -128,3 +143,7 @@ class DraftTree:
         for i, p in enumerate(self.parents_list):
             if (i == 0 and p != -1) or (i > 0 and not 0 <= p < i):
                 raise SpecbenchError(f"draft tree node {i} has parent {p}; parents must precede their children")
+        if self.probs is not None and (self.probs.dim() != 2 or self.probs.shape[0] != n):
+            raise SpecbenchError(f"draft tree probs must be Tensor[n, V] with n = {n} nodes, got {tuple(self.probs.shape)}")
+        if self.draws not in ("independent", "without_replacement"):
+            raise SpecbenchError(f"draft tree draws must be 'independent' or 'without_replacement', got {self.draws!r}")
