@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -163,7 +164,21 @@ def build_parser() -> argparse.ArgumentParser:
                           "costs nothing measurable on CPU (docs/performance.md)")
     run.add_argument("--out", default=None, help="output directory (default runs/<date-time>)")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    run.add_argument("--seed", type=int, default=0, help="torch seed (greedy runs do not depend on it)")
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of the sampled runs' random streams (one per turn, recorded in the answers; "
+                          "greedy runs do not depend on it)")
+    run.add_argument("--temperature", type=float, default=0.0,
+                     help="target sampling temperature; 0 (default) is greedy decoding, exact token for token")
+    run.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep the smallest set of tokens "
+                     "reaching this probability (1.0: off); applied to the target, the same for every drafter")
+    run.add_argument("--top-k", type=int, default=0, help="keep the K most likely tokens (0: off)")
+    run.add_argument("--verify", default="auto", choices=["auto", "greedy", "rejection", "typical"],
+                     help="verification rule: greedy (T=0), rejection (lossless tree rejection sampling, T>0), "
+                          "typical (Medusa's typical acceptance, LOSSY, T>0); auto picks greedy or rejection")
+    run.add_argument("--typical-epsilon", type=float, default=TYPICAL_EPSILON,
+                     help="typical acceptance: the hard threshold epsilon (Medusa's posterior_threshold)")
+    run.add_argument("--typical-delta", type=float, default=TYPICAL_DELTA,
+                     help="typical acceptance: the entropy-scaled threshold delta (Medusa's posterior_alpha)")
     run.add_argument("--profile", default=None, metavar="FILE",
                      help="verify-cost profile to record (default: the one `specbench profile` cached for this machine)")
     run.add_argument("--no-warmup", action="store_true", help="skip the warm-up question")
@@ -283,6 +298,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         resume=args.resume, drafter_options=_drafter_options(args.drafter_option), profile=args.profile,
         calibration=args.calibration,
         auto_budgets=_tree_sizes(args.auto_budgets, "--auto-budgets") if args.auto_budgets else None,
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, verify=args.verify,
+        typical_epsilon=args.typical_epsilon, typical_delta=args.typical_delta,
     )
     run = Run(config, progress=not args.no_progress)
     try:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -28,13 +28,15 @@ from specbench.model import TargetModel, check_device, load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.registry import available_drafters, get_drafter_class
+from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON, Sampling, turn_seed
 from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, drafter_order, first_divergence,
                                read_answers, read_manifest, write_json)
 
 WARMUP_TOKENS = 32
 # Settings a resumed run must share with the run it continues (otherwise the numbers would not pair).
 RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype",
-               "template", "drafter_options", "calibration", "auto_budgets")
+               "template", "drafter_options", "calibration", "auto_budgets", "temperature", "top_p", "top_k",
+               "verify", "typical_epsilon", "typical_delta", "seed")
 
 
 @dataclass
@@ -62,6 +64,14 @@ class RunConfig:
     profile: str | None = None  # a verify-cost profile file (default: the cached one for this machine, if any)
     calibration: str | None = None  # question file `auto` calibrates on (default: the shipped calibration set)
     auto_budgets: list[int] | None = None  # budgets `auto` chooses among (default: harness.budgets.DEFAULT_CANDIDATES)
+    # Sampling (specbench.sampling): temperature 0 is greedy; above it every drafter and vanilla sample from
+    # the same warped target distribution, verified by `verify` (auto: greedy at T=0, else rejection).
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    verify: str = "auto"
+    typical_epsilon: float = TYPICAL_EPSILON
+    typical_delta: float = TYPICAL_DELTA
 
     def __post_init__(self) -> None:
         if isinstance(self.drafters, str):
@@ -83,6 +93,7 @@ class RunConfig:
         for name in self.drafters:
             get_drafter_class(split_entry(name)[0])  # unknown names fail here, listing the known ones
         parse_budget_spec(self.tree_budget, self.drafters)
+        self.sampling  # impossible sampling settings raise here
         if any(b < 1 for b in self.auto_budgets or []):
             raise SpecbenchError("--auto-budgets must be tree budgets of at least 1")
         if self.calibration is not None:
@@ -97,6 +108,10 @@ class RunConfig:
             from specbench.profile import load_profile
 
             load_profile(Path(self.profile))  # a bad file stops the run before the model loads
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k, self.verify, self.typical_epsilon, self.typical_delta)
 
     def ordered_drafters(self) -> list[str]:
         """Vanilla first (when asked for), then the others in the order given."""
@@ -194,7 +209,9 @@ class Run:
             return {}
         before = manifest.get("config", {})
         now = asdict(self.config)
-        changed = [key for key in RESUME_KEYS if before.get(key) != now.get(key)]
+        defaults = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
+        # a key the old manifest lacks (recorded before the setting existed) had the default value
+        changed = [key for key in RESUME_KEYS if before.get(key, defaults.get(key)) != now.get(key)]
         if changed:
             detail = ", ".join(f"{key}: {before.get(key)!r} -> {now.get(key)!r}" for key in changed)
             raise SpecbenchError(f"--resume with different settings than {self.out}/{MANIFEST} ({detail})")
@@ -231,7 +248,8 @@ class Run:
         if config.warmup and todo:
             warm_ids = prompts.build(todo[0].turns[:1], [])
             for name, drafter in drafters.items():
-                generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), self.budgets[name].budget)
+                generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), self.budgets[name].budget,
+                         sampling=config.sampling, seed=turn_seed(config.seed, "warm-up", 0))
 
         bar = _progress_bar(len(todo) * len(drafters), self.progress)
         live: dict[str, list[float]] = {name: [0, 0.0, 0, 0] for name in drafters}  # tokens, seconds, steps, accepted
@@ -260,24 +278,29 @@ class Run:
     def _run_question(self, question: Question, target: TargetModel, drafter, prompts: PromptBuilder,
                       vanilla_ids: list[list[int]] | None, name: str) -> Answer:
         config = self.config
+        sampling = config.sampling
         budget = self.budgets[name].budget
         answers: list[str] = []
         results: list[TurnResult] = []
         repeats_wall: list[list[float]] = []
-        for turn in range(len(question.turns)):
+        seeds = [turn_seed(config.seed, question.question_id, turn) for turn in range(len(question.turns))]
+        for turn, seed in enumerate(seeds):
             prompt_ids = prompts.build(question.turns[: turn + 1], answers)
-            runs = [generate(target, drafter, prompt_ids, config.max_new_tokens, budget, config.breakdown)
+            runs = [generate(target, drafter, prompt_ids, config.max_new_tokens, budget, config.breakdown,
+                             sampling=sampling, seed=seed)
                     for _ in range(config.repeats)]
-            for other in runs[1:]:
+            for other in runs[1:]:  # greedy, or sampled from the same seed: the repeats must agree
                 if other.output_ids != runs[0].output_ids:
-                    raise RuntimeError(f"drafter {name}: repeated greedy runs of question {question.question_id} differ")
+                    raise RuntimeError(f"drafter {name}: repeated runs of question {question.question_id} differ")
             median = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
             results.append(median)
             repeats_wall.append([r.wall_s for r in runs])
             answers.append(prompts.answer_text(median.output_ids))
         output_ids = [r.output_ids for r in results]
         divergence = None
-        if name == BASELINE:
+        if not sampling.greedy:
+            divergence = None  # sampled ids are not expected to equal vanilla's: equal in distribution only
+        elif name == BASELINE:
             divergence = [None] * len(output_ids)  # the reference itself
         elif vanilla_ids is not None:
             divergence = [first_divergence(ids, ref) for ids, ref in zip(output_ids, vanilla_ids)]
@@ -286,6 +309,7 @@ class Run:
             new_tokens=[r.new_tokens for r in results], wall_time=[r.wall_s for r in results],
             output_ids=output_ids, steps=[r.steps for r in results], prefill_ms=[r.prefill_ms for r in results],
             wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name, tree_budget=budget,
+            sampling=sampling.to_json(), seeds=None if sampling.greedy else seeds,
             answer_id=uuid.uuid4().hex, tstamp=time.time(),
         )
 

@@ -11,7 +11,7 @@ import pandas as pd
 from specbench.reports.runs import RunResults
 
 FIELDS = ("Run directory", "Model", "Parameters", "Model sha256", "dtype", "Device", "Threads", "Versions",
-          "git", "Drafters", "Tree budget", "Max new tokens", "Repeats", "Timing", "Questions", "Date",
+          "git", "Drafters", "Sampling", "Tree budget", "Max new tokens", "Repeats", "Timing", "Questions", "Date",
           "Command line")
 
 
@@ -70,6 +70,7 @@ def run_context(run: RunResults) -> dict[str, str]:
         "Versions": versions or "?",
         "git": _short(manifest.get("git_sha")),
         "Drafters": ", ".join(config.get("drafters") or []) or "?",
+        "Sampling": run.sampling_label + ("" if run.sampling.greedy else f", seed {config.get('seed', '?')}"),
         "Tree budget": _budgets(config, manifest.get("budgets")),
         "Max new tokens": str(config.get("max_new_tokens", "?")),
         "Repeats": str(config.get("repeats", "?")),

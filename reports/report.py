@@ -56,6 +56,14 @@ class Report:
 
 def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str], prefix: str) -> Section:
     section = Section(run.label)
+    sampling = run.sampling
+    if not sampling.greedy:
+        section.notes.append(
+            f"Sampled run: {sampling.label()}. "
+            + ("Lossless: every drafter's output is distributed as sampling from the target alone, so ids are "
+               "not compared with vanilla's (Equal to vanilla is empty)." if sampling.lossless else
+               "LOSSY verification: drafters marked '(typical, lossy)' do not sample from the target's "
+               "distribution; do not rank them with lossless results."))
     if run.missing:
         section.notes.append("incomplete run (reported with --allow-incomplete): " + "; ".join(
             f"{name} lacks {len(ids)} question(s)" for name, ids in run.missing.items()))

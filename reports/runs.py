@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.results import ANSWERS, Answer, load_run, read_manifest
+from specbench.results import ANSWERS, BASELINE, Answer, load_run, read_manifest
+from specbench.sampling import Sampling
+
 
 @dataclass
 class RunResults:
@@ -34,6 +36,26 @@ class RunResults:
     @property
     def breakdown(self) -> bool | None:
         return ((self.manifest or {}).get("config") or {}).get("breakdown")
+
+    @property
+    def sampling(self) -> Sampling:
+        """The run's sampling settings (from its records; greedy for records from before sampling)."""
+        for records in self.answers.values():
+            for record in records:
+                return Sampling.from_json(record.sampling)
+        return Sampling()
+
+    @property
+    def sampling_label(self) -> str:
+        return self.sampling.label()
+
+
+def lossy_name(name: str, records: list[Answer]) -> str:
+    """A drafter's name as reports show it: marked when its answers come from a lossy rule (vanilla, which
+    proposes nothing, is exact under any rule and stays the reference)."""
+    rules = {Sampling.from_json(record.sampling) for record in records}
+    lossy = sorted({s.rule for s in rules if not s.lossless})
+    return f"{name} ({'/'.join(lossy)}, lossy)" if lossy and name != BASELINE else name
 
 
 def _missing(answers: dict[str, list[Answer]], manifest: dict | None) -> dict[str, list]:
@@ -66,6 +88,7 @@ def load_results(folder: Path, allow_incomplete: bool = False) -> RunResults:
             seen.add(record.question_id)
     manifest = read_manifest(folder)
     missing = _missing(answers, manifest)
+    answers = {lossy_name(name, records): records for name, records in answers.items()}
     if missing and not allow_incomplete:
         detail = "; ".join(f"{name} lacks {len(ids)} ({', '.join(map(str, ids[:6]))}{', ...' if len(ids) > 6 else ''})"
                            for name, ids in missing.items())
@@ -95,6 +118,8 @@ def label_runs(runs: list[RunResults], labels: list[str] | None = None) -> None:
         chosen = labels
     else:
         chosen = [_model_label(run) for run in runs]
+        if len(set(chosen)) < len(chosen) and len({run.sampling for run in runs}) > 1:
+            chosen = [f"{name}, {run.sampling_label}" for name, run in zip(chosen, runs)]
         if len(set(chosen)) < len(chosen):
             chosen = [f"{name} ({_device_label(run)})" for name, run in zip(chosen, runs)]
         if len(set(chosen)) < len(chosen):

@@ -4,7 +4,8 @@ answer files alone (never from a model), with the formulas of `specbench.metrics
 Stage shares are fractions of *decode* time (turn wall time minus prefill): draft + transform + verify +
 accept + other = 1. They are empty for runs recorded with ``--no-breakdown``.
 ``equal_to_vanilla`` is the fraction of (question, turn) pairs whose ids equal vanilla's.
-``tree_budget`` is the budget the drafter ran at (empty for records that predate it; the largest if
+``temperature``, ``verify`` and ``lossless`` say how the drafter's answers were sampled and verified
+(records from before sampling existed count as greedy). ``tree_budget`` is the budget the drafter ran at (empty for records that predate it; the largest if
 records of one drafter disagree, which only hand-merged runs can do).
 """
 
@@ -18,9 +19,10 @@ import pandas as pd
 from specbench import metrics
 from specbench.errors import SpecbenchError
 from specbench.results import BASELINE, SUMMARY, Answer, drafter_order, load_run
+from specbench.sampling import Sampling
 
 COLUMNS = [
-    "drafter", "category", "tree_budget", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
+    "drafter", "category", "temperature", "verify", "lossless", "tree_budget", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
     "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
 ]
@@ -33,6 +35,7 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
     rows = []
     for drafter, records in runs.items():
         for record in records:
+            sampling = Sampling.from_json(record.sampling)
             stages = dict.fromkeys(STAGE_SHARES, 0.0)
             timed = True
             for step in (step for turn in record.steps for step in turn):
@@ -48,6 +51,9 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
                     "drafter": drafter,
                     "question_id": record.question_id,
                     "category": record.category,
+                    "temperature": sampling.temperature,
+                    "verify": sampling.rule,
+                    "lossless": sampling.lossless,
                     "tree_budget": np.nan if record.tree_budget is None else record.tree_budget,
                     "new_tokens": sum(record.new_tokens),
                     "wall_s": sum(record.wall_time),
@@ -74,6 +80,9 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
     row = {
         "drafter": drafter,
         "category": category,
+        "temperature": rows["temperature"].iloc[0] if rows["temperature"].nunique() == 1 else np.nan,
+        "verify": "/".join(dict.fromkeys(rows["verify"])),
+        "lossless": bool(rows["lossless"].all()),
         "tree_budget": rows["tree_budget"].max(),
         "n_questions": len(rows),
         "new_tokens": int(rows["new_tokens"].sum()),

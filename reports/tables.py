@@ -167,7 +167,8 @@ def paper_table(runs: list[RunResults], summaries: dict[str, pd.DataFrame]) -> T
             cells[run.label] = _speedup_tau(speedup, tau)
         data_rows.append(numbers)
         shown.append(cells)
-    note = "Overall speedup over vanilla / τ (mean tokens per step), all categories and turns; one column per run."
+    note = ("Overall speedup over vanilla / τ (mean tokens per step), all categories and turns; one column per run. "
+            "Sampling and verification: " + "; ".join(f"{run.label}: {run.sampling_label}" for run in runs) + ".")
     return Table("paper", "Speedup / τ", pd.DataFrame(data_rows), pd.DataFrame(shown), note)
 
 
@@ -263,7 +264,8 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
     if not budgets:
         return None
     rows = []
-    for drafter, choice in budgets.items():
+    for name, choice in budgets.items():  # summary names may carry a lossy mark: "medusa (typical, lossy)"
+        drafter = next((d for d in summary["drafter"].unique() if d == name or d.startswith(name + " (")), name)
         overall = summary[(summary["drafter"] == drafter) & (summary["category"] == OVERALL)]
         if drafter == BASELINE or overall.empty:
             continue
@@ -291,4 +293,7 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
             "draft cost d(b) replayed on the calibration set, r(b) the verify-cost profile's ratio for the trees "
             "the drafter proposed, v1 and o this run's measured 1-node verify and loop overhead. Predicted, run τ: "
             "the same costs with the run's τ.")
+    if not run.sampling.greedy:
+        note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
+                 "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")
     return Table("budgets", "Tree budgets: chosen, predicted and measured", data, display, note)

@@ -11,7 +11,12 @@ schema (its ``evaluation/speed.py`` and ``equal.py`` read it unchanged)::
                accept_lengths (every step, all turns, flattened),
                output_ids[turn], steps[turn] -> [{nodes, depth, accepted, stage_ms}],
                prefill_ms[turn], wall_time_repeats[turn]}],
-    equal_to_vanilla, first_divergence[turn], tree_budget (the budget this drafter ran at)
+    equal_to_vanilla, first_divergence[turn], tree_budget (the budget this drafter ran at),
+    sampling {temperature, top_p, top_k, verify (the rule), lossless, typical_epsilon/delta (typical only)},
+    seeds[turn] (each turn's random-stream seed; sampled runs only)
+
+``equal_to_vanilla`` and ``first_divergence`` are claimed only for greedy runs (temperature 0): a sampled
+answer is compared with vanilla by distribution, not by ids, so both are null there.
 
 Lines are appended (and flushed to disk) only when a question is finished, so an interrupted run loses
 at most the question in flight and ``--resume`` continues after the last complete line.
@@ -82,6 +87,8 @@ class Answer:
     answer_id: str = ""
     tstamp: float = 0.0
     tree_budget: int | None = None  # max tree nodes per step this drafter ran at (None: records before it)
+    sampling: dict | None = None    # `Sampling.to_json()` of the run (None: records before it, all greedy)
+    seeds: list[int] | None = None  # per-turn seeds of the random stream (sampled runs only)
     extra: dict = field(default_factory=dict)          # unknown top-level keys, kept for round trips
     choice_extra: dict = field(default_factory=dict)   # unknown keys of choices[0]
 
@@ -131,7 +138,7 @@ class Answer:
             raise KeyError(", ".join(missing))
         steps = [[Step.from_json(step) for step in turn] for turn in choice["steps"]]
         known = {"question_id", "category", "drafter", "answer_id", "model_id", "tstamp", "choices",
-                 "equal_to_vanilla", "first_divergence", "tree_budget"}
+                 "equal_to_vanilla", "first_divergence", "tree_budget", "sampling", "seeds"}
         known_choice = {"index", "prefill_ms", "wall_time_repeats", *REQUIRED_CHOICE_KEYS}
         answer = cls(
             question_id=data["question_id"], category=data["category"], drafter=data.get("drafter", ""),
@@ -140,6 +147,7 @@ class Answer:
             prefill_ms=list(choice.get("prefill_ms") or []), wall_time_repeats=list(choice.get("wall_time_repeats") or []),
             first_divergence=data.get("first_divergence"), model_id=data.get("model_id", ""),
             answer_id=data.get("answer_id", ""), tstamp=data.get("tstamp", 0.0), tree_budget=data.get("tree_budget"),
+            sampling=data.get("sampling"), seeds=data.get("seeds"),
             extra={k: v for k, v in data.items() if k not in known},
             choice_extra={k: v for k, v in choice.items() if k not in known_choice},
         )
@@ -181,6 +189,8 @@ class Answer:
             "equal_to_vanilla": self.equal_to_vanilla,
             "first_divergence": self.first_divergence,
             **({} if self.tree_budget is None else {"tree_budget": self.tree_budget}),  # older records have none
+            **({} if self.sampling is None else {"sampling": self.sampling}),
+            **({} if self.seeds is None else {"seeds": self.seeds}),
             **self.extra,
         }
 

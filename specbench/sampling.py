@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
+
+if TYPE_CHECKING:  # torch is imported where it is used, so the CLI's argument parsing stays light
+    import torch
 
 RULES = ("greedy", "rejection", "typical")
 LOSSLESS_RULES = ("greedy", "rejection")
@@ -113,7 +115,7 @@ class Sampling:
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly ahead of each token
             drop_sorted = before >= self.top_p  # the first token (before == 0) is always kept
-            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            drop = drop_sorted.new_zeros(drop_sorted.shape).scatter(-1, order, drop_sorted)
             probs = probs.masked_fill(drop, 0.0)
             probs = probs / probs.sum(dim=-1, keepdim=True)
         return probs

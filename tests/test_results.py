@@ -21,7 +21,7 @@ def record_json() -> dict:
                      "decoding_steps": [2, 1], "accept_lengths": [3, 1, 2], "output_ids": [[1, 2, 3, 4, 5], [6, 7, 8]],
                      "steps": steps, "prefill_ms": [10.0, 12.0], "wall_time_repeats": [[0.5], [0.25]],
                      "plugin_field": [1]}],
-        "equal_to_vanilla": False, "first_divergence": [None, 2], "sampling": {"temperature": 0},
+        "equal_to_vanilla": False, "first_divergence": [None, 2], "plugin_key": {"temperature": 0},
     }
 
 
@@ -29,7 +29,7 @@ def test_round_trip_keeps_the_layout_and_unknown_keys():
     data = record_json()
     answer = Answer.from_json(copy.deepcopy(data))
     assert answer.to_json() == data
-    assert answer.extra == {"sampling": {"temperature": 0}} and answer.choice_extra == {"plugin_field": [1]}
+    assert answer.extra == {"plugin_key": {"temperature": 0}} and answer.choice_extra == {"plugin_field": [1]}
     assert answer.steps[1][0] == Step(4, 3, 2, {"draft": 0.5, "verify": 3.0})
     assert answer.tree_budget is None  # a record from before budgets were recorded stays as it was
     budgeted = record_json() | {"tree_budget": 8}
