@@ -74,7 +74,8 @@ def run(config=None, /, *, model: Any = None, tokenizer: Any = None, progress: b
 
     ``options`` are `RunConfig`'s fields, as on the command line: ``drafters`` (a list or a
     comma-separated string, ``"all"`` for every registered one), ``bench``, ``limit``, ``max_new_tokens``,
-    ``tree_budget`` (``"auto"``, the default; an int; or ``"hydra=4,medusa=3"``), ``breakdown``, ``drafter_options`` ({"ngram": {"max_depth": 6}}), ``out``
+    ``tree_budget`` (``"auto"``, the default; an int; or ``"hydra=4,medusa=3"``), ``temperature`` (0: greedy),
+    ``top_p``, ``top_k``, ``verify`` (``"rejection"``, lossless; ``"typical"``, lossy), ``seed``, ``breakdown``, ``drafter_options`` ({"ngram": {"max_depth": 6}}), ``out``
     (default ``runs/<date-time>``), ``resume`` ... ``model`` is ``"default"``, a path, a `TargetModel`
     or a Hugging Face causal LM (then give ``tokenizer``; device and dtype are the model's own).
     """

@@ -135,6 +135,8 @@ def format_table(summary: pd.DataFrame, overall_only: bool = False) -> str:
     view = summary[summary["category"] == OVERALL] if overall_only else summary
     columns = ["drafter", "category", "n_questions", "new_tokens", "tokens_per_s", "tau", "speedup",
                "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla"]
+    if (view["verify"] != "greedy").any():  # sampled: say how, next to the numbers
+        columns[2:2] = ["temperature", "verify", "lossless"]
     if view["other_share"].notna().any():
         columns += ["draft_share", "transform_share", "verify_share", "accept_share", "other_share"]
     return view[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}")

@@ -34,6 +34,7 @@ _EXPORTS = {
     "register_drafter": "specbench.registry",
     "DraftTree": "specbench.tree",
     "VerifyOutcome": "specbench.verify",
+    "Sampling": "specbench.sampling",
     "verify_greedy": "specbench.verify",
     "Answer": "specbench.results",
     "Step": "specbench.results",

@@ -61,6 +61,13 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["replay", "--budgets", "0,4"], ["--budgets must be tree budgets of at least 1"]),
         (["replay", "--budgets", "four"], ["--budgets must be comma-separated integers"]),
         (["replay", "--drafters", "nosuch"], ["unknown drafter 'nosuch'"]),
+        (["run", "--temperature", "-1"], ["--temperature must be 0 (greedy) or positive"]),
+        (["run", "--temperature", "1", "--top-p", "0"], ["--top-p must be in (0, 1]"]),
+        (["run", "--temperature", "1", "--top-k", "-2"], ["--top-k must be 0 (off) or positive"]),
+        (["run", "--verify", "typical"], ["--verify typical needs --temperature > 0"]),
+        (["run", "--temperature", "0.7", "--verify", "greedy"], ["--verify greedy needs --temperature 0"]),
+        (["run", "--temperature", "1", "--verify", "typical", "--typical-delta", "0"], ["--typical-delta"]),
+        (["run", "--verify", "nucleus"], ["invalid choice: 'nucleus'"]),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):
@@ -187,3 +194,42 @@ def test_mt_bench_run_end_to_end_then_resume(tmp_path, default_model_available):
     changed = run_cli(*[a if a != "24" else "32" for a in args], "--resume")
     assert_one_line_error(changed, "max_new_tokens")
     assert path.read_text().splitlines() == lines
+
+
+@pytest.mark.slow
+def test_sampled_run_records_its_settings_and_seeds_and_resumes(tmp_path, default_model_available):
+    """A T > 0 run: every answer names its sampling settings, rule and per-turn seeds; ids are not compared
+    with vanilla's; a turn is reproduced from its recorded seed; --resume with another seed is refused."""
+    from specbench.harness.loop import generate
+    from specbench.model import load_target
+    from specbench.prompts import PromptBuilder
+    from specbench.questions import load_questions
+    from specbench.registry import create_drafter
+    from specbench.sampling import Sampling
+
+    out = tmp_path / "run"
+    args = ["run", "--drafters", "vanilla,hydra", "--bench", "mt_bench", "--categories", "writing", "--limit", "1",
+            "--max-new-tokens", "16", "--tree-budget", "4", "--temperature", "0.8", "--top-p", "0.95",
+            "--seed", "3", "--out", str(out), "--no-progress"]
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    runs = load_run(out)
+    for records in runs.values():
+        record = records[0]
+        assert record.sampling == {"temperature": 0.8, "top_p": 0.95, "top_k": 0, "verify": "rejection",
+                                   "lossless": True}
+        assert len(record.seeds) == 2 and record.seeds[0] != record.seeds[1]
+        assert record.first_divergence is None and record.equal_to_vanilla is None
+    assert runs["hydra"][0].seeds == runs["vanilla"][0].seeds  # seeds depend on question and turn only
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["verify"]) == {"rejection"} and summary["lossless"].all() and (summary["temperature"] == 0.8).all()
+    assert summary["equal_to_vanilla"].isna().all()
+
+    target = load_target("default")
+    question = load_questions(DATA / "mt_bench" / "question.jsonl")[0]
+    prompt = PromptBuilder(target.tokenizer).build(question.turns[:1], [])
+    hydra = runs["hydra"][0]
+    again = generate(target, create_drafter("hydra"), prompt, 16, 4, sampling=Sampling(0.8, 0.95), seed=hydra.seeds[0])
+    assert again.output_ids == hydra.output_ids[0]
+
+    assert_one_line_error(run_cli(*[a if a != "3" else "4" for a in args], "--resume"), "seed")
