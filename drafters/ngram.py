@@ -38,6 +38,9 @@ class NgramDrafter(Drafter):
         self._index: dict[tuple[int, ...], list[int]] = {}  # n-gram -> end positions (exclusive), ascending
         self._indexed_until = 0  # n-grams ending before this position are indexed
 
+    def max_budget(self) -> int:
+        return 1 + self.max_depth * self.max_candidates  # disjoint continuations, every one full length
+
     def reset(self, target: TargetHandle) -> None:
         self._tokens, self._index, self._indexed_until = [], {}, 0
 

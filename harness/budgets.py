@@ -216,8 +216,10 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
         if progress:
             print(f"specbench: choosing {name}'s tree budget (replay over {len(trajectories)} calibration prompts)",
                   file=sys.stderr)
+        limit = drafters[name].max_budget()  # larger budgets would replay the same trees
+        mine = candidates if limit is None else sorted({b for b in candidates if b < limit} | {min(limit, max(candidates))})
         points = replayed_curve(target, name, drafters[name], config.drafter_options.get(split_entry(name)[0], {}), trajectories,
-                                trajectory_key, candidates, tokens, machine, cache_root())
+                                trajectory_key, mine, tokens, machine, cache_root())
         return points, profile, timing
 
     choices = choose_budgets(wanted, calibrate)

@@ -64,6 +64,9 @@ def generate(
     buffer = torch.empty(prompt_len + max_new_tokens + 1, dtype=torch.long)  # every token so far
     buffer[:prompt_len] = torch.tensor(prompt_ids, dtype=torch.long)
     rule = make_rule(sampling or Sampling(), seed)
+    drafter_generator = None  # the drafter's own stream, apart from the verifier's
+    if sampling is not None and not sampling.greedy:
+        drafter_generator = torch.Generator().manual_seed((0 if seed is None else seed) ^ 0x5EED)
     drafter.reset(target.handle)
 
     start = wall_clock(target.device)
@@ -80,7 +83,8 @@ def generate(
     while not done:
         timer.next_step()
         ctx = DraftContext(
-            tokens=buffer[: past + 1], root=root, hidden=hidden, target=target.handle, budget=budget, span=timer.span
+            tokens=buffer[: past + 1], root=root, hidden=hidden, target=target.handle, budget=budget, span=timer.span,
+            sampling=sampling, generator=drafter_generator,
         )
         with timer.stage("draft"):
             tree = drafter.propose(ctx)

@@ -35,6 +35,10 @@ class TargetHandle:
     name: str = ""
     sha256: str | None = None  # identity of the weights' source (GGUF file hash or directory fingerprint)
     fingerprint: str | None = None  # identity of the weights themselves (`specbench.model.weights_fingerprint`)
+    # The whole model and its tokenizer, read-only: for drafters that build a draft model from the target
+    # (sps's self-draft) or check a tokenizer against it. Never run the model on the harness's cache.
+    model: Any = None
+    tokenizer: Any = None
 
 
 @dataclass
@@ -49,6 +53,10 @@ class DraftContext:
             prefill, m is the prompt length.
     budget: the maximum number of tree nodes, root included
     span:   ``with ctx.span("transform"): ...`` times a sub-stage of drafting
+    sampling: the run's sampling settings (None or temperature 0: greedy). A drafter that samples its
+            proposals draws from its own distribution (warped the same way if it likes), fills
+            ``DraftTree.probs`` and uses ``generator``
+    generator: a CPU random stream for the drafter's own draws, seeded per sequence (None when greedy)
     """
 
     tokens: torch.Tensor
@@ -57,6 +65,8 @@ class DraftContext:
     target: TargetHandle
     budget: int
     span: Callable[[str], AbstractContextManager]
+    sampling: Any = None
+    generator: torch.Generator | None = None
 
     @property
     def first_new_position(self) -> int:
@@ -92,6 +102,11 @@ class Drafter:
     def num_parameters(self) -> int:
         """Trainable parameters the drafter adds on top of the target (0 for training-free methods)."""
         return 0
+
+    def max_budget(self) -> int | None:
+        """The most tree nodes (root included) this drafter can ever propose, or None for no limit. ``auto``
+        replays only budgets up to it (larger ones would give the same trees)."""
+        return None
 
     def identity(self) -> str:
         """What the proposals depend on beyond the class and its options, e.g. a checkpoint's hash (called

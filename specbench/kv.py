@@ -47,3 +47,13 @@ def commit_path(cache: DynamicCache, past_len: int, path: list[int], n_nodes: in
             values[:, :, past_len : past_len + kept] = values.index_select(2, index)
         layer.keys = keys[:, :, : past_len + kept]
         layer.values = values[:, :, : past_len + kept]
+
+
+@torch.inference_mode()
+def crop(cache: DynamicCache, length: int) -> None:
+    """Drop every position from ``length`` on (a draft model rolling back to the accepted prefix)."""
+    for layer in cache.layers:
+        if layer.keys is None or layer.keys.numel() == 0:
+            continue
+        layer.keys = layer.keys[:, :, :length]
+        layer.values = layer.values[:, :, :length]

@@ -160,6 +160,8 @@ class TargetModel:
             name=source.name if source else str(getattr(model.config, "name_or_path", "") or type(model).__name__),
             sha256=source.sha256 if source else None,
             fingerprint=weights_fingerprint(model),
+            model=model,
+            tokenizer=tokenizer,
         )
         self.eos_ids = _eos_ids(model, tokenizer)
         windows = getattr(self.config, "layer_types", None) or []
