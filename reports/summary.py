@@ -22,7 +22,8 @@ from specbench.results import BASELINE, SUMMARY, Answer, drafter_order, load_run
 from specbench.sampling import Sampling
 
 COLUMNS = [
-    "drafter", "category", "temperature", "verify", "lossless", "tree_budget", "n_questions", "new_tokens", "wall_s", "tokens_per_s", "tau", "speedup",
+    "drafter", "category", "temperature", "verify", "lossless", "tree_budget", "n_questions", "new_tokens",
+    "wall_s", "tokens_per_s", "tau", "speedup",
     "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
 ]
@@ -53,7 +54,7 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
                     "category": record.category,
                     "temperature": sampling.temperature,
                     "verify": sampling.rule,
-                    "lossless": sampling.lossless,
+                    "lossless": sampling.lossless or drafter == BASELINE,  # vanilla proposes nothing: exact
                     "tree_budget": np.nan if record.tree_budget is None else record.tree_budget,
                     "new_tokens": sum(record.new_tokens),
                     "wall_s": sum(record.wall_time),

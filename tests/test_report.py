@@ -660,3 +660,43 @@ def test_pie_grid_keeps_legends_clear_of_titles(drafters):
     assert len(titles) == len(legends) == drafters
     for legend in legends:
         assert not any(legend.overlaps(title) for title in titles)
+
+
+# ---- sampling --------------------------------------------------------------------------------------------------
+def _sampled(folder: Path, verify: str) -> Path:
+    """Rewrite a synthetic run as sampled at T = 1 with ``verify`` (ids no longer compared with vanilla)."""
+    settings = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "verify": verify, "lossless": verify == "rejection"}
+    if verify == "typical":
+        settings |= {"typical_epsilon": 0.09, "typical_delta": 0.3}
+    for path in (folder / "answers").glob("*.jsonl"):
+        def mark(records):
+            for r in records:
+                r["sampling"], r["seeds"] = settings, [1, 2]
+                r["equal_to_vanilla"], r["first_divergence"] = None, None
+        _rewrite(path, mark)
+    return folder
+
+
+def test_greedy_and_sampled_runs_side_by_side_name_the_rule(tmp_path):
+    greedy = write_mt_run(tmp_path / "t0", drafters=("vanilla", "ngram"))
+    sampled = _sampled(write_mt_run(tmp_path / "t1", drafters=("vanilla", "ngram")), "rejection")
+    out = tmp_path / "report"
+    assert main(["report", str(greedy), str(sampled), "--out", str(out), "--charts", "none"]) == 0
+    text = (out / "report.md").read_text()
+    assert "| Drafter | tiny-llama, greedy (T=0) | tiny-llama, T=1 rejection |" in text  # the EAGLE-paper table
+    assert "Sampled run: T=1 rejection. Lossless" in text
+    summary = pd.read_csv(sampled / SUMMARY)
+    assert set(summary["verify"]) == {"rejection"} and summary["lossless"].all()
+    assert summary["equal_to_vanilla"].isna().all()
+    assert set(pd.read_csv(greedy / SUMMARY)["verify"]) == {"greedy"}
+
+
+def test_lossy_drafters_are_marked_in_every_table(tmp_path):
+    run = _sampled(write_mt_run(tmp_path / "typical", drafters=("vanilla", "ngram")), "typical")
+    out = tmp_path / "report"
+    assert main(["report", str(run), "--out", str(out), "--charts", "png", "--dpi", "60"]) == 0
+    text = (out / "report.md").read_text()
+    assert "ngram (typical, lossy)" in text and "LOSSY verification" in text
+    table = pd.read_csv(out / "csv" / "by_category.csv")
+    assert set(table["drafter"]) == {"vanilla", "ngram (typical, lossy)"}  # vanilla proposes nothing: exact
+    assert not pd.read_csv(run / SUMMARY).set_index("drafter").loc["ngram", "lossless"].any()
