@@ -2,7 +2,7 @@
 
 For every registered drafter (trained ones get a tiny checkpoint for this target) and for oracle drafters
 (the target's own argmax chain; children sampled from the target's p itself, declared in ``probs``; an
-adversary proposing unlikely and repeated tokens), the first three generated tokens of 1,500 sampled
+adversary proposing unlikely and repeated tokens), the first three generated tokens of 1,000 sampled
 sequences are compared with their exact law under sampling from the target alone (T = 0.5, top-k 5:
 at most 125 sequences, every probability from plain transformers forwards). Chi-square, cells under 5
 expected pooled, alpha 1e-4, fixed seeds. The same test catches a planted bug in the loop (the residual
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 SAMPLING = Sampling(temperature=0.5, top_k=5)
 PROMPT = PROMPTS[1]  # repeats itself, so n-gram lookup proposes from the first step
 K = 3
-SAMPLES = 1500
+SAMPLES = 1000
 BUDGET = 6
 
 
