@@ -31,7 +31,7 @@ class RunResults:
     @property
     def slug(self) -> str:
         """The label as a file-name fragment."""
-        return re.sub(r"[^A-Za-z0-9.]+", "-", self.label).strip("-").lower() or "run"
+        return re.sub(r"[^A-Za-z0-9]+", "-", self.label).strip("-").lower() or "run"  # no dots: chart files get suffixes
 
     @property
     def breakdown(self) -> bool | None:
