@@ -106,7 +106,8 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
     manifest = json.loads((out / "manifest.json").read_text())
     choice = manifest["budgets"]["ngram"]
     assert manifest["budgets"]["vanilla"] == {"budget": 1, "how": "baseline", "predicted_speedup": None, "curve": []}
-    assert choice["how"] == AUTO and [point["budget"] for point in choice["curve"]] == [1, 2, 4, 8]
+    # ngram's trees never exceed max_budget() = 1 + 4 drafts: 8 is replaced by 5, which gives the same trees
+    assert choice["how"] == AUTO and [point["budget"] for point in choice["curve"]] == [1, 2, 4, 5]
     best = max(point["predicted_speedup"] for point in choice["curve"])
     assert choice["budget"] in [p["budget"] for p in choice["curve"] if p["predicted_speedup"] >= best * 0.995]
     assert manifest["calibration"]["questions"] == 2 and manifest["calibration"]["loop"]["verify1_ms"] > 0
