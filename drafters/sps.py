@@ -26,6 +26,7 @@ import torch
 from specbench import kv
 from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.errors import DrafterOptionError
+from specbench.results import first_divergence
 from specbench.tree import DraftTree
 
 SELF = "self"
@@ -107,7 +108,9 @@ class SpSDrafter(Drafter):
         if depth < 1:
             return DraftTree.root_only(ctx.root)
         context = ctx.tokens.tolist()  # prompt + emitted, root last
-        keep = _common_prefix(self._cached, context[:-1])  # the root itself is always fed
+        shared = context[:-1]  # the root itself is always fed
+        keep = first_divergence(self._cached, shared)  # None: the cache holds exactly ``shared``
+        keep = len(shared) if keep is None else keep
         kv.crop(self._cache, keep)
         del self._cached[keep:]
         sampled = ctx.sampling is not None and not ctx.sampling.greedy
@@ -128,14 +131,6 @@ class SpSDrafter(Drafter):
             rows.append(torch.full_like(rows[0], 1.0 / rows[0].numel()))  # the leaf's row: no children
             tree.probs = torch.stack(rows)  # [depth + 1, V]: row i is the q node i's child was drawn from
         return tree
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def _layer_count(spec: str) -> int:

@@ -3,8 +3,9 @@
 prefill -> root; then repeat: drafter.propose -> DraftTree; target.forward_tree (verify);
 the acceptance rule + KV commit + drafter.accept (accept); emit accepted tokens + bonus; until EOS or
 ``max_new_tokens``. The rule (`specbench.verify.make_rule`) is greedy at temperature 0 and otherwise
-samples from one seeded CPU generator per sequence, so a sampled turn is reproduced from its seed. Tokens are counted from ids, the same way for every drafter: up to and including
-EOS, capped at ``max_new_tokens``; the root chosen at prefill is the first new token.
+samples from one seeded CPU generator per sequence, so a sampled turn is reproduced from its seed.
+Tokens are counted from ids, the same way for every drafter: up to and including EOS, capped at
+``max_new_tokens``; the root chosen at prefill is the first new token.
 """
 
 from __future__ import annotations

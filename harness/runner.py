@@ -297,12 +297,10 @@ class Run:
             repeats_wall.append([r.wall_s for r in runs])
             answers.append(prompts.answer_text(median.output_ids))
         output_ids = [r.output_ids for r in results]
-        divergence = None
-        if not sampling.greedy:
-            divergence = None  # sampled ids are not expected to equal vanilla's: equal in distribution only
-        elif name == BASELINE:
+        divergence = None  # sampled ids equal vanilla's in distribution only (tests), so they are not compared
+        if sampling.greedy and name == BASELINE:
             divergence = [None] * len(output_ids)  # the reference itself
-        elif vanilla_ids is not None:
+        elif sampling.greedy and vanilla_ids is not None:
             divergence = [first_divergence(ids, ref) for ids, ref in zip(output_ids, vanilla_ids)]
         return Answer(
             question_id=question.question_id, category=question.category, drafter=name, turns=answers,

@@ -37,16 +37,15 @@ def commit_path(cache: DynamicCache, past_len: int, path: list[int], n_nodes: in
     if in_place and kept == n_nodes:
         return
     index = None if in_place else torch.tensor(path, dtype=torch.long) + past_len  # [kept]
-    for layer in cache.layers:
-        if layer.keys is None or layer.keys.numel() == 0:
-            continue
-        keys, values = layer.keys, layer.values  # [B, kv_heads, past + n, head_dim]
-        if index is not None:
+    if index is not None:
+        for layer in cache.layers:
+            if layer.keys is None or layer.keys.numel() == 0:
+                continue
+            keys, values = layer.keys, layer.values  # [B, kv_heads, past + n, head_dim]
             index = index.to(keys.device)
             keys[:, :, past_len : past_len + kept] = keys.index_select(2, index)
             values[:, :, past_len : past_len + kept] = values.index_select(2, index)
-        layer.keys = keys[:, :, : past_len + kept]
-        layer.values = values[:, :, : past_len + kept]
+    crop(cache, past_len + kept)
 
 
 @torch.inference_mode()
