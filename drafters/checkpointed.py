@@ -13,6 +13,7 @@ from torch import nn
 from specbench.checkpoint import checkpoint_files, load_checkpoint, trained_for
 from specbench.drafter import Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
+from specbench.drafters.published import load_published, published_method
 from specbench.errors import DrafterOptionError, SpecbenchError
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
@@ -38,7 +39,10 @@ class CheckpointDrafter(Drafter):
     Subclasses set ``method`` (the recipe's method name), implement ``build_module(recipe, target)`` and
     may override ``loaded(recipe)`` (called after a new load) and ``start_sequence()`` (every reset).
     ``self.vocab`` is the drafter's view of the ``lm_head``: the ``draft_vocab`` most frequent tokens
-    (default `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a ranking; 0: all of them).
+    (default `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a ranking; 0: all of them). A module with an
+    output projection per head (``module.lm_heads``, from a published checkpoint) gets ``self.head_vocabs``.
+    ``checkpoint`` may also name a published Medusa or Hydra checkpoint (a directory or its weights file),
+    read by `published.py`.
     """
 
     method = ""
@@ -52,6 +56,7 @@ class CheckpointDrafter(Drafter):
         self.module: nn.Module | None = None
         self.recipe: dict = {}
         self.vocab: DraftVocab | None = None
+        self.head_vocabs: list[DraftVocab] | None = None
         self._loaded_for: str | None = None
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
@@ -66,17 +71,27 @@ class CheckpointDrafter(Drafter):
     def reset(self, target: TargetHandle) -> None:
         key = f"{target.name}:{target.sha256}:{target.fingerprint}:{target.device}:{target.dtype}"
         if self._loaded_for != key:
-            stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
-            state, recipe = load_checkpoint(stem, target)
+            state, recipe, weights = self.read_checkpoint(target)
             ranking = state.pop(RANKING_KEY, None)  # IntTensor[V] | None: see draft_vocab.py
             module = self.build_module(recipe, target)
             module.load_state_dict(state)
             self.module = module.to(device=target.device, dtype=target.dtype).eval()
             self.vocab = self.draft_vocabulary(target, ranking)
+            own = getattr(self.module, "lm_heads", None)
+            self.head_vocabs = [DraftVocab(projection, None, 0) for projection in own] if own is not None else None
             self.recipe, self._loaded_for = recipe, key
-            self._weights_sha256 = hashlib.sha256(checkpoint_files(stem)[0].read_bytes()).hexdigest()
+            self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
             self.loaded(recipe)
         self.start_sequence()
+
+    def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
+        """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""
+        if self.checkpoint and published_method(Path(self.checkpoint)):
+            published = load_published(Path(self.checkpoint), self.method, target.config, target.lm_head.weight.shape[0])
+            return published.state, published.recipe(), published.weights
+        stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
+        state, recipe = load_checkpoint(stem, target)
+        return state, recipe, checkpoint_files(stem)[0]
 
     def identity(self) -> str:
         """The loaded checkpoint's weights hash (see `Drafter.identity`)."""
@@ -92,9 +107,11 @@ class CheckpointDrafter(Drafter):
         except ValueError as error:
             raise SpecbenchError(f"{self.method}.draft_vocab={self.draft_vocab}: {error}") from None
 
-    def top_tokens(self, features: torch.Tensor, k: int) -> torch.Tensor:
-        """features [..., H] -> the k best token ids [..., k] within the draft vocabulary."""
-        return self.vocab.token_ids(self.vocab.logits(features).topk(k, dim=-1).indices)
+    def top_tokens(self, features: torch.Tensor, k: int, head: int | None = None) -> torch.Tensor:
+        """features [..., H] -> the k best token ids [..., k] within the draft vocabulary (head ``head``'s own
+        output projection when the module has one per head)."""
+        vocab = self.head_vocabs[head] if head is not None and self.head_vocabs is not None else self.vocab
+        return vocab.token_ids(vocab.logits(features).topk(k, dim=-1).indices)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.module.parameters()) if self.module is not None else 0

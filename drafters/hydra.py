@@ -17,35 +17,46 @@ from torch import nn
 
 from specbench.drafter import DraftContext
 from specbench.drafters.layers import ResBlock
-from specbench.drafters.medusa import HeadDrafter
+from specbench.drafters.medusa import HeadDrafter, own_lm_heads
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.drafters.static_tree import StaticTree
 from specbench.tree import DraftTree
 
 
 class HydraHead(nn.Module):
-    def __init__(self, hidden: int, depth: int, num_layers: int = 1) -> None:
+    """``base + SiLU(W_d [h; E(root); ...] + b_d)`` then residual blocks; ``base`` is h, or with
+    ``projected_residual`` (the published Hydra layout) a learned projection of the whole input."""
+
+    def __init__(self, hidden: int, depth: int, num_layers: int = 1, projected_residual: bool = False) -> None:
         super().__init__()
         self.depth = depth  # tokens it sees: root, y_1 .. y_{depth-1}
         self.mix = nn.Linear(hidden * (depth + 1), hidden)
         nn.init.zeros_(self.mix.weight)
         nn.init.zeros_(self.mix.bias)
+        self.residual = nn.Linear(hidden * (depth + 1), hidden) if projected_residual else None
         self.blocks = nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers - 1)])
 
     def forward(self, h: torch.Tensor, path_embeddings: torch.Tensor) -> torch.Tensor:
         """h [B, H], path_embeddings [B, depth, H] -> features [B, H]."""
         joined = torch.cat([h, path_embeddings.flatten(1)], dim=-1)  # [B, (depth + 1) H]
-        return self.blocks(h + nn.functional.silu(self.mix(joined)))
+        base = h if self.residual is None else self.residual(joined)  # [B, H]
+        return self.blocks(base + nn.functional.silu(self.mix(joined)))
 
 
 class HydraHeads(nn.Module):
     """K sequentially dependent heads; with ``prefix_heads`` > 0, Hydra++'s prefix attention layer (that
-    many attention heads) turns the context's hidden states into the heads' input first."""
+    many attention heads) turns the context's hidden states into the heads' input first. ``own_vocab``,
+    ``own_bias``, ``projected_residual`` and ``prefix_shape`` (`PrefixAttention`'s other arguments) describe
+    heads imported from the published layout (`published.py`): an output projection per head instead of the
+    target's lm_head, `HydraHead`'s projected residual, Hydra++'s target-shaped prefix layer."""
 
-    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1, prefix_heads: int = 0) -> None:
+    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1, prefix_heads: int = 0,
+                 own_vocab: int = 0, own_bias: bool = False, projected_residual: bool = False,
+                 prefix_shape: dict | None = None) -> None:
         super().__init__()
-        self.heads = nn.ModuleList(HydraHead(hidden, d + 1, num_layers) for d in range(num_heads))
-        self.prefix = PrefixAttention(hidden, prefix_heads) if prefix_heads else None
+        self.heads = nn.ModuleList(HydraHead(hidden, d + 1, num_layers, projected_residual) for d in range(num_heads))
+        self.prefix = PrefixAttention(hidden, prefix_heads, **(prefix_shape or {})) if prefix_heads else None
+        self.lm_heads = own_lm_heads(hidden, num_heads, own_vocab, own_bias)
 
     def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
         """Teacher-forced features [K, B, H]: head d sees the true root .. y_{d-1} (window_embeddings [B, K, H])."""
@@ -53,11 +64,12 @@ class HydraHeads(nn.Module):
 
 
 class HydraDrafter(HeadDrafter):
-    """Hydra-style heads; options: ``checkpoint`` (path stem), ``max_rank``, ``draft_vocab``."""
+    """Hydra-style heads; options as `MedusaDrafter`'s (``checkpoint`` may name a published Hydra checkpoint:
+    its directory or ``hydra_lm_head.pt``)."""
 
     method = "hydra"
     module_class = HydraHeads
-    module_options = ("prefix_heads",)
+    module_options = ("prefix_heads", "own_vocab", "own_bias", "projected_residual", "prefix_shape")
 
     def start_sequence(self) -> None:
         self.prefix_cache = PrefixCache()
@@ -76,7 +88,7 @@ class HydraDrafter(HeadDrafter):
         for depth, parents in enumerate(shape.parents_by_depth, start=1):
             stacked = torch.stack([path_embeddings[p] for p in parents])  # [P, depth, H]
             features = self.module.heads[depth - 1](h.expand(len(parents), -1), stacked)  # [P, H]
-            top = self.top_tokens(features, shape.max_rank).cpu()  # [P, R]
+            top = self.top_tokens(features, shape.max_rank, head=depth - 1).cpu()  # [P, R]
             children = [(child, row) for row, p in enumerate(parents) for child in shape.children[p]]
             index = torch.tensor([c for c, _ in children])
             tokens[index] = top[torch.tensor([r for _, r in children]), torch.tensor([shape.ranks[c] for c, _ in children])]

@@ -22,15 +22,17 @@ class ResBlock(nn.Module):
         return h + nn.functional.silu(self.linear(h))
 
 
-def add_attention_and_mlp(module: nn.Module, hidden: int, inner: int) -> None:
-    """Give ``module`` the projections of one pre-norm decoder layer: q/k/v/o (no bias), ``mlp_norm`` and a
-    SwiGLU MLP of width ``inner``; the output projections o and down start at zero, so the layer starts as
-    the identity. Attributes, not a submodule, so checkpoints name them ``q_proj``, ``down_proj``, ..."""
+def add_attention_and_mlp(module: nn.Module, hidden: int, inner: int, kv_width: int | None = None,
+                          eps: float | None = None) -> None:
+    """Give ``module`` the projections of one pre-norm decoder layer: q/k/v/o (no bias; k and v ``kv_width``
+    wide, fewer than ``hidden`` for grouped-query attention), ``mlp_norm`` (RMSNorm with ``eps``) and a SwiGLU
+    MLP of width ``inner``; the output projections o and down start at zero, so the layer starts as the
+    identity. Attributes, not a submodule, so checkpoints name them ``q_proj``, ``down_proj``, ..."""
     module.q_proj = nn.Linear(hidden, hidden, bias=False)
-    module.k_proj = nn.Linear(hidden, hidden, bias=False)
-    module.v_proj = nn.Linear(hidden, hidden, bias=False)
+    module.k_proj = nn.Linear(hidden, kv_width or hidden, bias=False)
+    module.v_proj = nn.Linear(hidden, kv_width or hidden, bias=False)
     module.o_proj = nn.Linear(hidden, hidden, bias=False)
-    module.mlp_norm = nn.RMSNorm(hidden)
+    module.mlp_norm = nn.RMSNorm(hidden, eps=eps)
     module.gate_proj = nn.Linear(hidden, inner, bias=False)
     module.up_proj = nn.Linear(hidden, inner, bias=False)
     module.down_proj = nn.Linear(inner, hidden, bias=False)
@@ -64,10 +66,10 @@ class KVCache:
         self.length += keys.shape[0]
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Rotate x [..., P, heads, d] by positions [P] (rotate-half convention)."""
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
+    """Rotate x [..., P, heads, d] by positions [P] (rotate-half convention, frequencies base^(-2i/d))."""
     half = x.shape[-1] // 2
-    freqs = ROPE_BASE ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [d/2]
+    freqs = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [d/2]
     angles = positions.to(torch.float32)[:, None] * freqs  # [P, d/2]
     cos, sin = angles.cos()[:, None, :].to(x.dtype), angles.sin()[:, None, :].to(x.dtype)  # [P, 1, d/2]
     x1, x2 = x[..., :half], x[..., half:]

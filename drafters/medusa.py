@@ -9,22 +9,32 @@ token of head d sits at every depth-d node of rank r, whatever its parent).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.published import published_method
 from specbench.drafters.layers import ResBlock
-from specbench.drafters.static_tree import StaticTree
+from specbench.drafters.static_tree import DEFAULT_CHOICES, StaticTree, load_choices
+from specbench.errors import SpecbenchError
 from specbench.tree import DraftTree
 
 
 class MedusaHeads(nn.Module):
-    """K heads; ``forward(h [..., H]) -> features [K, ..., H]`` (apply the target's lm_head for logits)."""
+    """K heads; ``forward(h [..., H]) -> features [K, ..., H]`` (apply the target's lm_head for logits).
 
-    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1) -> None:
+    ``own_vocab`` > 0 gives each head its own output projection ``lm_heads[k]`` [V, H] instead (the layout
+    of the published Medusa-1 heads, see `published.py`); specbench's own training shares the target's.
+    """
+
+    def __init__(self, hidden: int, num_heads: int = 4, num_layers: int = 1, own_vocab: int = 0,
+                 own_bias: bool = False) -> None:
         super().__init__()
         self.heads = nn.ModuleList(nn.Sequential(*[ResBlock(hidden) for _ in range(num_layers)]) for _ in range(num_heads))
+        self.lm_heads = own_lm_heads(hidden, num_heads, own_vocab, own_bias)
 
     def forward(self, h: torch.Tensor, num_heads: int | None = None) -> torch.Tensor:
         """Features of the first ``num_heads`` heads (all by default): a shallow tree needs fewer."""
@@ -35,16 +45,29 @@ class MedusaHeads(nn.Module):
         return self(h)
 
 
+def own_lm_heads(hidden: int, num_heads: int, vocab: int, bias: bool) -> nn.ModuleList | None:
+    """One output projection [V, H] per head (published Medusa-1 and Hydra heads), or None (vocab 0: the
+    heads use the target's lm_head)."""
+    return nn.ModuleList(nn.Linear(hidden, vocab, bias=bias) for _ in range(num_heads)) if vocab else None
+
+
 class HeadDrafter(CheckpointDrafter):
     """Shared plumbing of drafters whose static tree comes from the checkpoint's measured accuracies."""
 
     module_class: type[nn.Module]
     #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers
-    module_options: tuple[str, ...] = ()
+    module_options: tuple[str, ...] = ("own_vocab", "own_bias")
 
-    def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int | None = None) -> None:
+    def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int | None = None,
+                 choices: str | None = None) -> None:
         super().__init__(checkpoint, draft_vocab)
         self.max_rank = max_rank
+        self.choices_spec = choices
+        # the tree's rank paths when known before loading: the option (checked now, so a bad file fails
+        # early), or the published default for a published checkpoint
+        imported = bool(checkpoint) and published_method(Path(checkpoint)) is not None
+        self.option_choices = load_choices(choices or DEFAULT_CHOICES) if choices or imported else []
+        self.choices: list[tuple[int, ...]] = []
         self.accuracy: list[list[float]] = []
         self._trees: dict[int, StaticTree] = {}
 
@@ -54,13 +77,28 @@ class HeadDrafter(CheckpointDrafter):
         return self.module_class(target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
 
     def loaded(self, recipe: dict) -> None:
-        self.accuracy = [row[: self.max_rank] for row in recipe["metrics"]["heldout_topk_accuracy"]]
+        """Trees from the checkpoint's measured accuracies, or from rank paths: the ``choices`` option, and
+        for imported heads (no accuracies) the published default tree."""
+        self.accuracy = [row[: self.max_rank] for row in recipe.get("metrics", {}).get("heldout_topk_accuracy", [])]
+        self.choices = self.option_choices or ([] if self.accuracy else load_choices(DEFAULT_CHOICES))
+        if self.choices:
+            deepest, heads = max(len(c) for c in self.choices), recipe["hyperparameters"]["num_heads"]
+            if deepest > heads:
+                raise SpecbenchError(f"{self.method}: the tree ({self.choices_spec or DEFAULT_CHOICES}) reaches depth "
+                                     f"{deepest}, the checkpoint has {heads} heads")
         self._trees = {}
 
     def static_tree(self, budget: int) -> StaticTree:
+        """The budget-node tree: the first budget - 1 rank paths of ``choices``, else the best by accuracy."""
         if budget not in self._trees:
-            self._trees[budget] = StaticTree.from_accuracies(self.accuracy, budget)
+            self._trees[budget] = StaticTree.from_paths(self.choices[: budget - 1]) if self.choices \
+                else StaticTree.from_accuracies(self.accuracy, budget)
         return self._trees[budget]
+
+    def max_budget(self) -> int | None:
+        """With rank paths, the whole list plus the root: larger budgets give the same tree."""
+        choices = self.choices or self.option_choices
+        return len(choices) + 1 if choices else None
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
@@ -80,14 +118,20 @@ class HeadDrafter(CheckpointDrafter):
 
 
 class MedusaDrafter(HeadDrafter):
-    """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem), ``max_rank``,
-    ``draft_vocab`` (score only the N most frequent tokens; 0: all; default: `DEFAULT_DRAFT_VOCAB` when the
-    checkpoint stores a token ranking)."""
+    """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem, or a published Medusa
+    checkpoint: its directory or ``medusa_lm_head.pt``), ``max_rank``, ``draft_vocab`` (score only the N most
+    frequent tokens; 0: all; default: `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a token ranking),
+    ``choices`` (the tree as rank paths: a shipped name such as mc_sim_7b_63 or a JSON file; default for
+    published heads: mc_sim_7b_63, else the tree built from the checkpoint's measured accuracies)."""
 
     method = "medusa"
     module_class = MedusaHeads
 
     def draft(self, ctx: DraftContext, shape: StaticTree, h: torch.Tensor) -> DraftTree:
-        top = self.top_tokens(self.module(h, shape.max_depth), shape.max_rank)  # [D, R], D = tree depth <= K
+        features = self.module(h, shape.max_depth)  # [D, H], D = tree depth <= K
+        if self.head_vocabs is None:
+            top = self.top_tokens(features, shape.max_rank)  # [D, R]
+        else:  # an output projection per head
+            top = torch.stack([self.top_tokens(f, shape.max_rank, head=d) for d, f in enumerate(features)])
         heads, ranks = shape.head_and_rank
         return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]

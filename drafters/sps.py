@@ -19,6 +19,7 @@ declare it in ``DraftTree.probs``, so rejection sampling applies the p/q rule.
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import torch
@@ -88,8 +89,10 @@ class SpSDrafter(Drafter):
         if self.self_draft == "int8":
             if target.device.type != "cpu":
                 raise DrafterOptionError("sps self_draft=int8 runs on CPU only; use self_draft=layers:N on GPU")
-            draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target.model), {torch.nn.Linear},
-                                                           dtype=torch.qint8)
+            with warnings.catch_warnings():  # torch deprecates the quantized-tensor API it uses inside
+                warnings.simplefilter("ignore", UserWarning)
+                draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target.model), {torch.nn.Linear},
+                                                               dtype=torch.qint8)
         else:
             draft = _first_layers(target.model, _layer_count(self.self_draft))
         return draft.eval(), f"self {self.self_draft} of {target.fingerprint}"

@@ -11,12 +11,15 @@ indices are already in the DraftTree order.
 from __future__ import annotations
 
 import heapq
+import json
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from specbench.errors import SpecbenchError
 from specbench.tree import DraftTree
 
 
@@ -110,3 +113,35 @@ class StaticTree:
         tree._parents_list = list(self.parents)
         tree._depths = list(self.depths)
         return tree
+
+
+TREES = Path(__file__).resolve().parent / "trees"
+#: the published tree imported Medusa/Hydra heads use unless told otherwise (Medusa's fallback, Hydra's default)
+DEFAULT_CHOICES = "mc_sim_7b_63"
+
+
+def load_choices(spec: str) -> list[tuple[int, ...]]:
+    """Rank paths ("choices") from a shipped tree name (``drafters/trees/NAME.json``: mc_sim_7b_63,
+    vicuna_7b_stage2) or a JSON file holding a list of paths (or ``{"choices": [...]}``). The order matters:
+    a budget of n nodes keeps the first n - 1 paths, so every path must come after its parent (the
+    published lists are ordered best first)."""
+    path = TREES / f"{spec}.json" if (TREES / f"{spec}.json").is_file() else Path(spec)
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in TREES.glob("*.json")))
+        raise SpecbenchError(f"choices={spec}: neither a shipped tree ({shipped}) nor a file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SpecbenchError(f"choices={spec}: not JSON ({error})") from None
+    raw = data.get("choices") if isinstance(data, dict) else data
+    if not isinstance(raw, list) or not raw or not all(
+            isinstance(p, list) and p and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in p) for p in raw):
+        raise SpecbenchError(f"choices={spec}: expected a non-empty list of rank paths like [[0], [0, 0], [1]]")
+    choices, seen = [tuple(p) for p in raw], {()}
+    for choice in choices:
+        if choice[:-1] not in seen:
+            raise SpecbenchError(f"choices={spec}: path {list(choice)} comes before its parent {list(choice[:-1])}")
+        if choice in seen:
+            raise SpecbenchError(f"choices={spec}: path {list(choice)} is listed twice")
+        seen.add(choice)
+    return choices

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ COMMAND_LIST = [
      "specbench distill --model default --train 2000"),
     ("train", "train a drafter (medusa, hydra, ctc, ctc-ce) on a distillation cache",
      "specbench train hydra --model default"),
+    ("convert", "write a specbench medusa/hydra checkpoint in the authors' published layout (read back by "
+                "--drafter-option NAME.checkpoint=DIR)",
+     "specbench convert medusa --model default --out medusa-heads"),
 ]
 
 
@@ -272,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--tokenizer", action="store_true",
                         help="also print the tokenizer folder to give speed.py (converts a GGUF model once, ~15 s)")
 
+    convert = command("convert")
+    convert.add_argument("checkpoint", help="a checkpoint stem (PATH for PATH.safetensors + PATH.json), or 'medusa' "
+                         "or 'hydra' for the shipped one of --model")
+    convert.add_argument("--model", default="default", help="the target the checkpoint was trained for (its lm_head "
+                         "becomes each head's output projection)")
+    convert.add_argument("--out", required=True, help="directory for the published files (weights + config.json)")
+    convert.add_argument("--no-lm-heads", action="store_true",
+                         help="medusa: the 'version 2' layout, heads without their own lm_head")
+
     report = command("report")
     report.add_argument("dirs", nargs="+", help="run directories; several are merged (e.g. two models), each "
                         "labelled by its manifest; each also gets its summary.csv rewritten")
@@ -442,6 +455,43 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from specbench.drafters.published import write_published
+    from specbench.model import load_target
+    from specbench.registry import create_drafter
+
+    method, stem = _checkpoint_method(args.checkpoint)
+    target = load_target(args.model)
+    drafter = create_drafter(method, **({"checkpoint": stem} if stem else {}))
+    drafter.reset(target.handle)
+    files, notes = write_published(method, drafter.module, target.lm_head.weight, Path(args.out), target.name,
+                                   with_lm_heads=not args.no_lm_heads)
+    for path in files:
+        print(path)
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _checkpoint_method(spec: str) -> tuple[str, str | None]:
+    """(method, stem) of ``convert``'s CHECKPOINT: a shipped method name (stem None), or a stem whose recipe
+    names the method."""
+    if spec in ("medusa", "hydra"):
+        return spec, None
+    from specbench.checkpoint import checkpoint_files
+
+    recipe_path = checkpoint_files(Path(spec))[1]
+    if not recipe_path.is_file():
+        raise SpecbenchError(f"no checkpoint recipe at {recipe_path} (give a stem PATH of PATH.json + PATH.safetensors)")
+    try:
+        method = json.loads(recipe_path.read_text(encoding="utf-8")).get("method")
+    except json.JSONDecodeError as error:
+        raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
+    if method not in ("medusa", "hydra"):
+        raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa and hydra have a published layout")
+    return method, spec
+
+
 def cmd_distill(args: argparse.Namespace) -> int:
     import torch
 
@@ -558,7 +608,7 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
     return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
 
 
-COMMANDS = {"replay": cmd_replay, "profile": cmd_profile, "export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
+COMMANDS = {"convert": cmd_convert, "replay": cmd_replay, "profile": cmd_profile, "export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
