@@ -52,7 +52,8 @@ def own_lm_heads(hidden: int, num_heads: int, vocab: int, bias: bool) -> nn.Modu
 
 
 class HeadDrafter(CheckpointDrafter):
-    """Shared plumbing of drafters whose static tree comes from the checkpoint's measured accuracies."""
+    """Shared plumbing of head drafters with a static tree: built from the checkpoint's measured accuracies,
+    or taken from rank paths (the ``choices`` option; the published default tree for published heads)."""
 
     module_class: type[nn.Module]
     #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers

@@ -8,7 +8,8 @@ identity. At inference the layer's keys and values are cached per sequence, so e
 The layer trained here has an MLP 2H wide, as many key/value heads as query heads and RoPE base 10,000.
 Published Hydra++ heads (``hydra_head_arch: prefix-mlp``) use a decoder layer shaped like the target's
 (its MLP width, grouped key/value heads, RoPE base and norm epsilon) followed by a final RMSNorm: the
-constructor's other arguments, which `published.py` fills from the target's config.
+constructor's other arguments, which `published.py` fills from the target's config. EAGLE's draft layer
+is the same layer without the input norm (``input_norm=False``), see `eagle.py`.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from specbench.drafters.layers import ROPE_BASE, KVCache, add_attention_and_mlp,
 
 class PrefixAttention(nn.Module):
     def __init__(self, hidden: int, num_heads: int, num_kv_heads: int | None = None, inner: int | None = None,
-                 rope_base: float = ROPE_BASE, eps: float | None = None, final_norm: bool = False) -> None:
+                 rope_base: float = ROPE_BASE, eps: float | None = None, final_norm: bool = False,
+                 input_norm: bool = True) -> None:
         super().__init__()
         num_kv_heads = num_kv_heads or num_heads
         if hidden % num_heads or num_heads % num_kv_heads:
             raise ValueError(f"hidden size {hidden}, {num_heads} heads and {num_kv_heads} key/value heads do not divide")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, hidden // num_heads
         self.rope_base = rope_base
-        self.norm = nn.RMSNorm(hidden, eps=eps)
+        self.norm = nn.RMSNorm(hidden, eps=eps) if input_norm else nn.Identity()  # EAGLE's layer has none
         add_attention_and_mlp(self, hidden, inner or 2 * hidden, num_kv_heads * self.head_dim, eps)
         self.final_norm = nn.RMSNorm(hidden, eps=eps) if final_norm else None
 

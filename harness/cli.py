@@ -37,7 +37,7 @@ COMMAND_LIST = [
     ("list-drafters", "every registered drafter and where it comes from", "specbench list-drafters"),
     ("distill", "self-distillation data for training drafters (the target answers ShareGPT prompts)",
      "specbench distill --model default --train 2000"),
-    ("train", "train a drafter (medusa, hydra, ctc, ctc-ce) on a distillation cache",
+    ("train", "train a drafter (medusa, hydra, ctc, ctc-ce, eagle) on a distillation cache",
      "specbench train hydra --model default"),
     ("convert", "write a specbench medusa/hydra checkpoint in the authors' published layout (read back by "
                 "--drafter-option NAME.checkpoint=DIR)",
@@ -234,13 +234,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a cache (e.g. one made with --tokens-only) whose token files are reused instead of generating")
 
     train = command("train")
-    train.add_argument("method", help="medusa, hydra, ctc or ctc-ce (the CTC-drafter's cross-entropy ablation)")
+    train.add_argument("method", help="medusa, hydra, ctc, ctc-ce (the CTC-drafter's cross-entropy ablation) or eagle")
     train.add_argument("--model", default="default", help="the target: 'default', a model directory or a .gguf file")
     train.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
     train.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
     train.add_argument("--num-heads", type=int, default=4, help="medusa, hydra: draft heads (tree depth)")
     train.add_argument("--num-layers", type=int, default=1, help="medusa, hydra: layers per head")
-    train.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 4 for ctc")
+    train.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 4 for ctc and eagle")
     train.add_argument("--lr", type=float, default=1e-3, help="AdamW peak learning rate")
     train.add_argument("--batch-size", type=int, default=256, help="positions per step (medusa, hydra)")
     train.add_argument("--max-train-positions", type=int, default=None, help="medusa, hydra")
@@ -253,8 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--anchors-per-sample", type=int, default=32,
                        help="ctc: train on this many random anchors of each sample per epoch (0: all)")
     train.add_argument("--no-slot-blocks", action="store_true", help="ctc: no per-slot output block (ablation)")
-    train.add_argument("--samples-per-step", type=int, default=4, help="ctc: sequences per optimiser step")
-    train.add_argument("--max-train-samples", type=int, default=None, help="ctc: use the first N training samples")
+    train.add_argument("--samples-per-step", type=int, default=4, help="ctc, eagle: sequences per optimiser step")
+    train.add_argument("--max-train-samples", type=int, default=None, help="ctc, eagle: use the first N training samples")
+    train.add_argument("--noise", type=float, default=0.1,
+                       help="eagle: uniform noise U(-x, x) on the input features in training (EAGLE's 0.1)")
     train.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -554,7 +556,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specbench.drafters.training.heads import MODULES
     from specbench.model import cache_root, check_device, resolve_model
 
-    methods = [*MODULES, *CTC_METHODS]
+    methods = [*MODULES, *CTC_METHODS, "eagle"]
     if args.method not in methods:
         raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(methods)}")
     if args.anchors_per_sample < 0:
@@ -564,6 +566,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.train_vocab < 0:
         raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
+    if args.noise < 0:
+        raise SpecbenchError("--noise must be 0 (none) or positive")
     if args.threads:
         torch.set_num_threads(args.threads)
     check_device(args.device)
@@ -573,7 +577,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not Path(cache, "manifest.json").exists():
         raise SpecbenchError(f"no distillation cache at {cache}; run `specbench distill --model {args.model}` first")
     out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
-    train = _train_ctc if args.method in CTC_METHODS else _train_heads
+    train = _train_ctc if args.method in CTC_METHODS else _train_eagle if args.method == "eagle" else _train_heads
     summary, seconds = train(args, cache, out)
     print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {out}.safetensors/.json")
     return 0
@@ -606,6 +610,19 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
     metrics = recipe["metrics"]
     taus = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_tau_by_budget"].items())
     return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
+
+
+def _train_eagle(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
+    from specbench.drafters.training.eagle import EagleTrainConfig, train_eagle
+    from specbench.model import load_target
+
+    config = EagleTrainConfig(cache=cache, out=out, epochs=args.epochs or 4, lr=args.lr,
+                              samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
+                              seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, noise=args.noise)
+    recipe = train_eagle(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
+    metrics = recipe["metrics"]
+    return (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
+            f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}"), recipe["training_seconds"]
 
 
 COMMANDS = {"convert": cmd_convert, "replay": cmd_replay, "profile": cmd_profile, "export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}

@@ -197,13 +197,18 @@ def drafter_for(tmp_path_factory):
 
     def make(name: str, target: TargetModel):
         method = getattr(get_drafter_class(name), "method", None)
-        if method not in MODULES and method not in CTC_METHODS:
+        if method not in MODULES and method not in CTC_METHODS and method != "eagle":
             return create_drafter(name)
         key = (method, id(target))
         if key not in trained:
             folder = tmp_path_factory.mktemp(f"{method}-checkpoint")
             distil_random_prompts(target, folder / "cache")
-            if method in CTC_METHODS:
+            if method == "eagle":
+                from specbench.drafters.training.eagle import EagleTrainConfig, train_eagle
+
+                train_eagle(EagleTrainConfig(cache=str(folder / "cache"), out=str(folder / method), epochs=2, lr=3e-3,
+                                             samples_per_step=4, warmup_steps=2), target, progress=False)
+            elif method in CTC_METHODS:
                 train_ctc(CTCTrainConfig(method=method, cache=str(folder / "cache"), out=str(folder / method), num_slots=4,
                                          num_labels=2, epochs=2, lr=3e-3, samples_per_step=4, warmup_steps=2,
                                          eval_budgets=[4]), target, progress=False)

@@ -1,10 +1,13 @@
-"""Plumbing every drafter's training shares: the cache check, the learning-rate schedule, and resumable
-per-epoch checkpoints (``<out>.epochN.pt`` next to the output stem)."""
+"""Plumbing every drafter's training shares: the cache check, the learning-rate schedule, resumable
+per-epoch checkpoints (``<out>.epochN.pt`` next to the output stem), and the training loop of the drafters
+that learn from whole samples (`train_on_samples`)."""
 
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -92,3 +95,57 @@ class EpochCheckpoints:
         self.stem.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(), "history": history, "seconds": seconds}, self.path(epoch))
+
+
+def train_on_samples(module: nn.Module, train: list, target: TargetModel, config,
+                     sample_loss: Callable[[object, torch.Generator], torch.Tensor | None], progress: bool = True) -> tuple[list, float]:
+    """The training loop of the drafters that learn from whole samples (ctc, ctc-ce, eagle).
+
+    Per epoch, the samples are shuffled (seeded by ``config.seed`` + epoch), and ``config.samples_per_step``
+    of them are accumulated into each AdamW step, under warm-up then cosine decay. Each epoch is
+    checkpointed (``<out>.epochN.pt``), and a rerun resumes after the newest one.
+
+    ``sample_loss(sample, generator)`` is the method's loss on one sample, or None to skip the sample. The
+    generator is seeded per epoch, for the method's own random choices (anchor subsets, noise). ``config``
+    needs method, out, epochs, lr, weight_decay, warmup_steps, samples_per_step, seed and dtype.
+
+    Returns (history, training seconds), the history holding one row per epoch.
+    """
+    import random
+
+    from tqdm import tqdm
+
+    optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(train) / config.samples_per_step)
+    scheduler = warmup_cosine(optimizer, config.warmup_steps, steps_per_epoch * config.epochs)
+    checkpoints = EpochCheckpoints(Path(config.out), module, optimizer, scheduler)
+    first_epoch, history, seconds = checkpoints.resume(config.epochs)
+    for epoch in range(first_epoch, config.epochs):
+        began = time.perf_counter()
+        module.train()
+        order = list(range(len(train)))
+        random.Random(config.seed + epoch).shuffle(order)
+        generator = torch.Generator().manual_seed(config.seed + epoch)  # reproducible per epoch
+        losses = []
+        bar = tqdm(range(steps_per_epoch), desc=f"{config.method} epoch {epoch + 1}/{config.epochs}", disable=not progress)
+        for step in bar:
+            optimizer.zero_grad(set_to_none=True)
+            batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
+            step_losses = []
+            for sample in batch:
+                with autocast(target.device, config.dtype):
+                    loss = sample_loss(sample, generator)
+                if loss is not None:
+                    (loss / len(batch)).backward()
+                    step_losses.append(loss.item())
+            optimizer.step()
+            scheduler.step()
+            if step_losses:
+                losses.append(sum(step_losses) / len(step_losses))
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        seconds += time.perf_counter() - began
+        tenth = max(1, len(losses) // 10)
+        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(1, len(losses)),
+                        "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
+        checkpoints.save(epoch + 1, history, seconds)
+    return history, seconds

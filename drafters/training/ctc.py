@@ -18,8 +18,6 @@ target's true continuation, for several tree budgets (what greedy verification w
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,8 +29,8 @@ from specbench.checkpoint import save_checkpoint, target_identity
 from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
-from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
-                                                training_vocabularies, warmup_cosine)
+from specbench.drafters.training.common import (autocast, checked_manifest, freeze, train_on_samples,
+                                                training_vocabularies)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -178,8 +176,6 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
 
 def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
-    from tqdm import tqdm
-
     if config.method not in METHODS:
         raise SpecbenchError(f"unknown CTC method {config.method!r}; choose {', '.join(METHODS)}")
     if config.method == "ctc" and config.num_labels >= config.num_slots:
@@ -193,40 +189,10 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots,
                           config.slot_blocks)
     module = module.to(target.device)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / config.samples_per_step)
-    scheduler = warmup_cosine(optimizer, config.warmup_steps, steps_per_epoch * config.epochs)
-    checkpoints = EpochCheckpoints(Path(config.out), module, optimizer, scheduler)
-    first_epoch, history, seconds = checkpoints.resume(config.epochs)
-    for epoch in range(first_epoch, config.epochs):
-        began = time.perf_counter()
-        module.train()
-        order = list(range(len(train)))
-        random.Random(config.seed + epoch).shuffle(order)
-        picks = torch.Generator().manual_seed(config.seed + epoch)  # anchor subsets, reproducible per epoch
-        losses = []
-        bar = tqdm(range(steps_per_epoch), desc=f"{config.method} epoch {epoch + 1}/{config.epochs}", disable=not progress)
-        for step in bar:
-            optimizer.zero_grad(set_to_none=True)
-            batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
-            step_losses = []
-            for sample in batch:
-                with autocast(target.device, config.dtype):
-                    loss = sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks,
-                                       vocab)
-                if loss is not None:
-                    (loss / len(batch)).backward()
-                    step_losses.append(loss.item())
-            optimizer.step()
-            scheduler.step()
-            if step_losses:
-                losses.append(sum(step_losses) / len(step_losses))
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        seconds += time.perf_counter() - began
-        tenth = max(1, len(losses) // 10)
-        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / len(losses),
-                        "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
-        checkpoints.save(epoch + 1, history, seconds)
+    history, seconds = train_on_samples(
+        module, train, target, config,
+        lambda sample, picks: sample_loss(module, target, sample, config.num_labels, config.anchors_per_sample, picks, vocab),
+        progress)
     with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
         metrics = evaluate(module, target, heldout, config, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size

@@ -1,0 +1,122 @@
+"""eagle: EAGLE's feature-level autoregressive drafter, with EAGLE-2's dynamic tree.
+
+The draft model is one decoder layer. At draft position t it reads ``fc([E(x_{t+1}); f_t])``: the
+embedding of the token at t + 1 (first) fused with the target's last hidden state f_t, taken after the
+target's final norm. It predicts f_{t+1}. Token scores come from the target's frozen ``lm_head`` applied
+to the predicted feature (shared, not copied; cut to the draft vocabulary like the head drafters).
+
+**Cache.** The keys and values of accepted positions are cached across steps. They are computed from the
+target's true features (EAGLE's ``stable_kv``), so nothing is ever rolled back. Tree nodes use their
+parents' predicted features and are not cached.
+
+**Dynamic tree (EAGLE-2).** Each step:
+1. The root's predicted feature scores ``top_k`` depth-1 candidates (log-probabilities).
+2. Each of up to ``depth`` expansions runs the ``top_k`` frontier nodes, best by cumulative
+   log-probability, through the layer in one batch. Each node attends to the cache and its own ancestors.
+3. Each expanded node proposes ``top_k`` children, scored parent + log p. The best ``top_k`` of those
+   become the next frontier.
+4. The ``budget - 1`` best-scored candidates form the tree (`dynamic_tree.Candidates`).
+
+The tree therefore adapts to how confident the draft is in this context, within the harness's budget.
+Drafts are deterministic (top-k), so greedy and rejection verification both apply.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.dynamic_tree import Candidates
+from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
+from specbench.errors import DrafterOptionError
+from specbench.tree import DraftTree
+
+
+class EagleModule(nn.Module):
+    """``fc`` (2H -> H) and one decoder layer without an input norm; ``forward_sequence`` for training."""
+
+    def __init__(self, hidden: int, num_heads: int, inner: int | None = None, fc_bias: bool = True) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2 * hidden, hidden, bias=fc_bias)
+        self.layer = PrefixAttention(hidden, num_heads, inner=inner, input_norm=False)
+
+    def fuse(self, next_embeddings: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """[E(x_{t+1}) ; f_t] [..., 2H] -> the layer's input [..., H]."""
+        return self.fc(torch.cat([next_embeddings, features], dim=-1))
+
+    def forward_sequence(self, features: torch.Tensor, next_embeddings: torch.Tensor) -> torch.Tensor:
+        """Predicted f_{t+1} [P, H] for features f_0..f_{P-1} [P, H] and embeddings of x_1..x_P [P, H] (causal)."""
+        return self.layer.forward_sequence(self.fuse(next_embeddings, features))
+
+
+class EagleDrafter(CheckpointDrafter):
+    """EAGLE-style drafter; options: ``checkpoint`` (path stem), ``draft_vocab``, ``top_k`` (children per
+    expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5; the tree is
+    at most depth + 1 deep)."""
+
+    method = "eagle"
+
+    def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None, top_k: int = 8,
+                 depth: int = 5) -> None:
+        super().__init__(checkpoint, draft_vocab)
+        if top_k < 1 or depth < 0:
+            raise DrafterOptionError(f"eagle needs top_k >= 1 and depth >= 0, got top_k={top_k}, depth={depth}")
+        self.top_k, self.depth = top_k, depth
+
+    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
+        config = recipe["hyperparameters"]
+        return EagleModule(target.config.hidden_size, config["num_heads"], config.get("inner"), config.get("fc_bias", True))
+
+    def start_sequence(self) -> None:
+        self.cache = PrefixCache()
+
+    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
+        """features [n, H] -> draft log-probabilities [n, V'] over the draft vocabulary."""
+        return self.vocab.logits(features).float().log_softmax(dim=-1)
+
+    def extend_cache(self, ctx: DraftContext) -> torch.Tensor:
+        """Append the newly accepted positions to the cache; the predicted feature after the root [H]."""
+        start, count = ctx.first_new_position, ctx.hidden.shape[0]
+        next_tokens = ctx.tokens[start + 1 : start + 1 + count].to(ctx.target.device)  # x_{t+1}, root last
+        x = self.module.fuse(ctx.target.embed_tokens(next_tokens).to(ctx.hidden.dtype), ctx.hidden)  # [m, H]
+        return self.cache.extend(self.module.layer, start, x, self.name or self.method)
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        root_feature = self.extend_cache(ctx)  # [H]; runs every step so the cache stays in step
+        if ctx.budget < 2:
+            return DraftTree.root_only(ctx.root)
+        k = min(self.top_k, ctx.budget - 1)
+        candidates = Candidates()
+        top = self.log_probs(root_feature[None])[0].topk(k)
+        frontier = candidates.add(self.vocab.token_ids(top.indices).cpu(), top.values.cpu(), [-1] * k)
+        parent_features = {i: root_feature for i in frontier}  # candidate -> its parent's predicted feature
+        layer, device = self.module.layer, ctx.hidden.device
+        tree_keys, tree_values, tree_row = [], [], {}  # expanded candidates' keys/values and their rows
+        root_position = len(ctx.tokens) - 1  # a depth-d candidate's pair sits at draft position root + d - 1
+        for level in range(min(self.depth, ctx.budget - 2)):
+            tokens = torch.tensor([candidates.tokens[i] for i in frontier], device=device)
+            x = self.module.fuse(ctx.target.embed_tokens(tokens).to(root_feature.dtype),
+                                 torch.stack([parent_features[i] for i in frontier]))  # [F, H]
+            positions = torch.full((len(frontier),), root_position + level, device=device)
+            keys, values = layer.keys_values(x, positions)
+            for row, index in enumerate(frontier, start=len(tree_row)):
+                tree_row[index] = row
+            tree_keys.append(keys)
+            tree_values.append(values)
+            visible = torch.zeros(len(frontier), len(tree_row), dtype=torch.bool, device=device)  # [F, T]
+            for row, index in enumerate(frontier):
+                visible[row, [tree_row[a] for a in candidates.ancestors(index)]] = True
+            mask = torch.cat([torch.ones(len(frontier), self.cache.length, dtype=torch.bool, device=device), visible], 1)
+            out = layer.attend(x, positions, torch.cat([self.cache.keys, *tree_keys]),
+                               torch.cat([self.cache.values, *tree_values]), mask)  # [F, H] predicted features
+            top = self.log_probs(out).topk(k)  # [F, k]
+            scores = torch.tensor([candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()  # [F, k]
+            children = candidates.add(self.vocab.token_ids(top.indices).flatten().cpu(), scores.flatten(),
+                                      [i for i in frontier for _ in range(k)])
+            for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
+                parent_features[child] = out[parent_row]
+            frontier = candidates.best(children, k)
+        return candidates.tree(ctx.root, ctx.budget)

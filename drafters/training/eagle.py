@@ -1,0 +1,146 @@
+"""Training of the eagle drafter on a self-distillation cache (target frozen), as EAGLE trains its head.
+
+For every sample the draft layer sees the whole sequence at once (causal). At position t it reads the
+target's feature f_t plus uniform noise, fused with the embedding of x_{t+1}, and predicts f_{t+1}. The
+loss, on response positions only (those whose x_{t+1} the target generated), has two terms:
+
+    feature_weight * SmoothL1(f^_{t+1}, f_{t+1}) + token_weight * CE(softmax(lm_head f_{t+1}), lm_head f^_{t+1})
+
+The first is averaged over the hidden size. The second is the soft cross-entropy against the target's
+own next-token distribution. EAGLE weights them 1 and 0.1. Both use the target's frozen ``lm_head``, cut
+to the training vocabulary when ``train_vocab`` is set.
+
+The loop is the one ctc shares (`common.train_on_samples`). The recipe's held-out metrics are the
+losses and the teacher-forced depth-1 top-1/top-5 accuracy (the predicted feature's best tokens against
+x_{t+2}). `specbench replay` gives acceptance by tree budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specbench.checkpoint import save_checkpoint, target_identity
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
+from specbench.drafters.eagle import EagleModule
+from specbench.drafters.training.common import (autocast, checked_manifest, freeze, train_on_samples,
+                                                training_vocabularies)
+from specbench.drafters.training.distill import Sample, iter_samples
+from specbench.model import TargetModel
+
+
+@dataclass
+class EagleTrainConfig:
+    cache: str
+    out: str  # checkpoint stem
+    method: str = "eagle"
+    epochs: int = 4
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    samples_per_step: int = 4
+    warmup_steps: int = 50
+    max_train_samples: int | None = None
+    seed: int = 0
+    dtype: str = "float32"
+    train_vocab: int = 0  # > 0: score only the N most frequent tokens in training
+    feature_weight: float = 1.0
+    token_weight: float = 0.1
+    noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (EAGLE's paper: 0.1)
+    inner: int | None = None  # the layer's MLP width (default 2H)
+
+
+def response_rows(sample: Sample) -> tuple[int, int]:
+    """[start, end): positions t whose next token x_{t+1} is a response token."""
+    return sample.prompt_len - 1, len(sample.input_ids) - 1
+
+
+def predict_features(module: EagleModule, target: TargetModel, sample: Sample, noise: float = 0.0,
+                     generator: torch.Generator | None = None) -> torch.Tensor:
+    """Predicted f^_{t+1} [L - 1, H] for t = 0 .. L - 2 from the sample's (noised) features and next tokens."""
+    dtype = next(module.parameters()).dtype
+    features = sample.hidden[:-1].to(dtype)  # [L-1, H]
+    if noise:
+        features = features + (torch.rand(features.shape, generator=generator, dtype=dtype) * 2 - 1) * noise
+    with torch.no_grad():
+        next_embeddings = target.handle.embed_tokens(sample.input_ids[1:].to(target.device)).to(dtype)  # [L-1, H]
+    return module.forward_sequence(features.to(target.device), next_embeddings)
+
+
+def losses(module: EagleModule, target: TargetModel, sample: Sample, vocab: DraftVocab | None, noise: float,
+           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(feature loss, token loss, predicted logits [R, V']) over the sample's response rows, or None."""
+    start, end = response_rows(sample)
+    if end <= start:
+        return None
+    predicted = predict_features(module, target, sample, noise, generator)[start:end].float()  # [R, H]
+    truth = sample.hidden[start + 1 : end + 1].to(target.device, torch.float32)  # [R, H]
+    logits_of = vocab.logits if vocab is not None else target.lm_head
+    feature_loss = nn.functional.smooth_l1_loss(predicted, truth)
+    with torch.no_grad():
+        teacher = logits_of(truth).float().softmax(dim=-1)  # [R, V']
+    logits = logits_of(predicted).float()
+    token_loss = -(teacher * logits.log_softmax(dim=-1)).sum(dim=-1).mean()
+    return feature_loss, token_loss, logits
+
+
+@torch.no_grad()
+def evaluate(module: EagleModule, target: TargetModel, samples: list[Sample], vocab: DraftVocab) -> dict:
+    """Held-out losses and the teacher-forced top-1/top-5 accuracy of the first draft token."""
+    module.eval()
+    feature, token, top1, top5, rows, labelled = 0.0, 0.0, 0, 0, 0, 0
+    for sample in samples:
+        out = losses(module, target, sample, vocab, 0.0, None)
+        if out is None:
+            continue
+        start, end = response_rows(sample)
+        feature_loss, token_loss, logits = out
+        labels = sample.input_ids[start + 2 : end + 2].to(logits.device)  # x_{t+2}; the last row has none
+        ranked = vocab.token_ids(logits[: len(labels)].topk(5, dim=-1).indices)  # [R', 5]
+        top1 += int((ranked[:, 0] == labels).sum())
+        top5 += int((ranked == labels[:, None]).any(dim=1).sum())
+        labelled += len(labels)
+        count = end - start
+        feature += feature_loss.item() * count
+        token += token_loss.item() * count
+        rows += count
+    return {"heldout_feature_loss": feature / max(1, rows), "heldout_token_loss": token / max(1, rows),
+            "heldout_top1": top1 / max(1, labelled), "heldout_top5": top5 / max(1, labelled), "heldout_rows": rows}
+
+
+def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:
+    """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
+    manifest = checked_manifest(Path(config.cache), target)
+    torch.manual_seed(config.seed)
+    freeze(target)
+    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab)
+    train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
+    heldout = list(iter_samples(Path(config.cache), "heldout"))
+    heads = target.config.num_attention_heads
+    module = EagleModule(target.config.hidden_size, heads, config.inner).to(target.device)
+
+    def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
+        out = losses(module, target, sample, vocab, config.noise, generator)
+        return None if out is None else config.feature_weight * out[0] + config.token_weight * out[1]
+
+    history, seconds = train_on_samples(module, train, target, config, sample_loss, progress)
+    with autocast(target.device, config.dtype):
+        metrics = evaluate(module, target, heldout, eval_vocab)
+    metrics["heldout_vocab"] = eval_vocab.size
+    recipe = {
+        "method": "eagle",
+        "target": target_identity(target.handle),
+        "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config"),
+                 "train_samples": len(train), "heldout_samples": len(heldout)},
+        "hyperparameters": asdict(config) | {"cache": None, "out": None, "num_heads": heads},
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "metrics": metrics,
+        "history": history,
+        "training_seconds": seconds,
+        "torch_threads": torch.get_num_threads(),
+        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
+    }
+    save_checkpoint(Path(config.out), module.state_dict() | {RANKING_KEY: ranking}, recipe)
+    return recipe
