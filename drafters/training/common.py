@@ -149,3 +149,31 @@ def train_on_samples(module: nn.Module, train: list, target: TargetModel, config
                         "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
         checkpoints.save(epoch + 1, history, seconds)
     return history, seconds
+
+
+def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: TargetModel, config, manifest: dict,
+                  data: dict, metrics: dict, history: list, seconds: float, **hyperparameters) -> dict:
+    """Write a trained drafter's checkpoint (weights + the token ranking) and its recipe; returns the recipe.
+
+    The recipe records the target, the cache (its prompts and distillation settings, plus ``data``: what
+    was trained on), the config as hyper-parameters (``hyperparameters`` added), the parameter count,
+    held-out ``metrics``, the per-epoch ``history`` and the training time."""
+    from dataclasses import asdict
+
+    from specbench.checkpoint import save_checkpoint, target_identity
+    from specbench.drafters.draft_vocab import RANKING_KEY
+
+    recipe = {
+        "method": config.method,
+        "target": target_identity(target.handle),
+        "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config")} | data,
+        "hyperparameters": asdict(config) | {"cache": None, "out": None} | hyperparameters,
+        "parameters": sum(p.numel() for p in module.parameters()),
+        "metrics": metrics,
+        "history": history,
+        "training_seconds": seconds,
+        "torch_threads": torch.get_num_threads(),
+        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
+    }
+    save_checkpoint(Path(stem), module.state_dict() | {RANKING_KEY: ranking}, recipe)
+    return recipe

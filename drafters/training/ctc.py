@@ -19,18 +19,17 @@ target's true continuation, for several tree budgets (what greedy verification w
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
+from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
 from specbench.drafters.training.common import (autocast, checked_manifest, freeze, train_on_samples,
-                                                training_vocabularies)
+                                                training_vocabularies, write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -196,18 +195,6 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
         metrics = evaluate(module, target, heldout, config, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
-    recipe = {
-        "method": config.method,
-        "target": target_identity(target.handle),
-        "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config"),
-                 "train_samples": len(train), "heldout_samples": len(heldout)},
-        "hyperparameters": asdict(config) | {"cache": None, "out": None, "num_heads": target.config.num_attention_heads},
-        "parameters": sum(p.numel() for p in module.parameters()),
-        "metrics": metrics,
-        "history": history,
-        "training_seconds": seconds,
-        "torch_threads": torch.get_num_threads(),
-        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
-    }
-    save_checkpoint(Path(config.out), module.state_dict() | {RANKING_KEY: ranking}, recipe)
-    return recipe
+    return write_trained(Path(config.out), module, ranking, target, config, manifest,
+                         {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
+                         num_heads=target.config.num_attention_heads)

@@ -17,17 +17,16 @@ x_{t+2}). `specbench replay` gives acceptance by tree budget.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
+from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.eagle import EagleModule
 from specbench.drafters.training.common import (autocast, checked_manifest, freeze, train_on_samples,
-                                                training_vocabularies)
+                                                training_vocabularies, write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.model import TargetModel
 
@@ -129,18 +128,6 @@ def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = 
     with autocast(target.device, config.dtype):
         metrics = evaluate(module, target, heldout, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
-    recipe = {
-        "method": "eagle",
-        "target": target_identity(target.handle),
-        "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config"),
-                 "train_samples": len(train), "heldout_samples": len(heldout)},
-        "hyperparameters": asdict(config) | {"cache": None, "out": None, "num_heads": heads},
-        "parameters": sum(p.numel() for p in module.parameters()),
-        "metrics": metrics,
-        "history": history,
-        "training_seconds": seconds,
-        "torch_threads": torch.get_num_threads(),
-        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
-    }
-    save_checkpoint(Path(config.out), module.state_dict() | {RANKING_KEY: ranking}, recipe)
-    return recipe
+    return write_trained(Path(config.out), module, ranking, target, config, manifest,
+                         {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
+                         num_heads=heads)

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
+from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import MedusaHeads
 from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
-                                                training_vocabularies, warmup_cosine)
+                                                training_vocabularies, warmup_cosine, write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -267,21 +266,9 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     with precision:  # scored over the vocabulary inference drafts over by default (see draft_vocab.py)
         metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
-    recipe = {
-        "method": config.method,
-        "target": target_identity(target.handle),
-        "data": {"cache": str(config.cache), "prompts": manifest.get("prompts"), "distill_config": manifest.get("config"),
-                 "train_positions": batches.positions, "heldout_positions": len(held_hidden)},
-        "hyperparameters": asdict(config) | {"cache": None, "out": None},
-        "parameters": sum(p.numel() for p in module.parameters()),
-        "metrics": metrics,
-        "history": history,
-        "training_seconds": seconds,
-        "torch_threads": torch.get_num_threads(),
-        "vocab_ranking": "token ids by count over the train split's prompts and responses (draft_vocab option)",
-    }
-    save_checkpoint(stem, module.state_dict() | {RANKING_KEY: ranking}, recipe)
-    return recipe
+    return write_trained(stem, module, ranking, target, config, manifest,
+                         {"train_positions": batches.positions, "heldout_positions": len(held_hidden)},
+                         metrics, history, seconds)
 
 
 def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torch.Tensor, torch.Tensor]:
