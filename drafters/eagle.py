@@ -35,12 +35,17 @@ from specbench.tree import DraftTree
 
 
 class EagleModule(nn.Module):
-    """``fc`` (2H -> H) and one decoder layer without an input norm; ``forward_sequence`` for training."""
+    """``fc`` (2H -> H) and one decoder layer without an input norm; ``forward_sequence`` for training.
 
-    def __init__(self, hidden: int, num_heads: int, inner: int | None = None, fc_bias: bool = True) -> None:
+    specbench trains the layer MHA with an MLP 2H wide; ``layer_shape`` (`PrefixAttention`'s num_kv_heads,
+    inner, rope_base, eps) gives it the target's shape, as SafeAILab's released weights have it."""
+
+    def __init__(self, hidden: int, num_heads: int, inner: int | None = None, fc_bias: bool = True,
+                 layer_shape: dict | None = None) -> None:
         super().__init__()
         self.fc = nn.Linear(2 * hidden, hidden, bias=fc_bias)
-        self.layer = PrefixAttention(hidden, num_heads, inner=inner, input_norm=False)
+        shape = {"inner": inner} | (layer_shape or {})
+        self.layer = PrefixAttention(hidden, num_heads, input_norm=False, **shape)
 
     def fuse(self, next_embeddings: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """[E(x_{t+1}) ; f_t] [..., 2H] -> the layer's input [..., H]."""
@@ -52,7 +57,8 @@ class EagleModule(nn.Module):
 
 
 class EagleDrafter(CheckpointDrafter):
-    """EAGLE-style drafter; options: ``checkpoint`` (path stem), ``draft_vocab``, ``top_k`` (children per
+    """EAGLE-style drafter; options: ``checkpoint`` (path stem, or SafeAILab's EAGLE-1/2 weights: their
+    directory with ``config.json``), ``draft_vocab``, ``top_k`` (children per
     expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5; the tree is
     at most depth + 1 deep)."""
 
@@ -67,7 +73,8 @@ class EagleDrafter(CheckpointDrafter):
 
     def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
         config = recipe["hyperparameters"]
-        return EagleModule(target.config.hidden_size, config["num_heads"], config.get("inner"), config.get("fc_bias", True))
+        return EagleModule(target.config.hidden_size, config["num_heads"], config.get("inner"), config.get("fc_bias", True),
+                           config.get("layer_shape"))
 
     def start_sequence(self) -> None:
         self.cache = PrefixCache()

@@ -1,8 +1,8 @@
-"""The published checkpoint layouts of Medusa and Hydra: read into specbench's head modules, and written
-out from specbench checkpoints (``specbench convert``).
+"""The published checkpoint layouts of Medusa, Hydra and EAGLE: read into specbench's modules, and (Medusa,
+Hydra) written out from specbench checkpoints (``specbench convert``).
 
-Layouts (learned from the authors' repositories, FasterDecoding/Medusa e2a5d20 and zankner/Hydra 3f39fbd;
-see docs/published-checkpoints.md):
+Layouts (learned from the authors' repositories, FasterDecoding/Medusa e2a5d20, zankner/Hydra 3f39fbd and
+SafeAILab/EAGLE, see ../shared/notes/eagle-checkpoints-sampling.md and docs/published-checkpoints.md):
 
 ``medusa-1``  ``medusa_lm_head.pt`` (or ``.safetensors``) + ``config.json`` (``medusa_num_heads``,
               ``medusa_num_layers``, ``base_model_name_or_path``). Head k is ``[ResBlock] * L`` then its
@@ -18,6 +18,9 @@ see docs/published-checkpoints.md):
               5, ..., lm_heads at ``hydra_lm_head.{k}.1.*``) reading h' from ``prefix_embeding_layer``: a
               one-layer LlamaModel built from the base model's config (its ``layers.0.*`` and final ``norm``)
               over the target's hidden states.
+``eagle-1/2`` SafeAILab's ``pytorch_model.bin`` (or ``model.safetensors``) + a LLaMA-style ``config.json`` with
+              ``num_hidden_layers: 1`` (and ``bias``): ``fc.weight`` [H, 2H] (+ ``fc.bias``), ``layers.0.*`` of
+              a decoder layer without ``input_layernorm``, and a copy of the target's ``embed_tokens``.
 
 The authors' code builds ``[ResBlock] * L``: one module listed L times, so a file holds L identical copies.
 specbench reads every copy as written; a file whose copies differ (written from a specbench checkpoint
@@ -32,13 +35,15 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from specbench.errors import SpecbenchError
 
 #: weight files that mark a directory as a published checkpoint, per method
-WEIGHT_FILES = {"medusa": ("medusa_lm_head.pt", "medusa_lm_head.safetensors"), "hydra": ("hydra_lm_head.pt",)}
+WEIGHT_FILES = {"medusa": ("medusa_lm_head.pt", "medusa_lm_head.safetensors"), "hydra": ("hydra_lm_head.pt",),
+                "eagle": ("pytorch_model.bin", "model.safetensors")}
 MEDUSA_PREFIX = "medusa_head."  # keys of the medusa-1.0 full-model repositories
 
 
@@ -62,14 +67,22 @@ class PublishedCheckpoint:
 
 
 def published_method(path: Path) -> str | None:
-    """"medusa" or "hydra" if ``path`` (a directory or its weights file) is a published checkpoint."""
+    """"medusa", "hydra" or "eagle" if ``path`` (a directory or its weights file) is a published checkpoint.
+    EAGLE's weight file names are the generic ones of any model, so an EAGLE directory is also told by its
+    ``config.json``: one decoder layer."""
     path = Path(path)
     for method, names in WEIGHT_FILES.items():
-        if path.name in names and path.is_file():
-            return method
-        if path.is_dir() and any((path / name).is_file() for name in names):
+        found = path.name in names and path.is_file() or path.is_dir() and any((path / name).is_file() for name in names)
+        if found and (method != "eagle" or one_layer_config(path if path.is_dir() else path.parent)):
             return method
     return None
+
+
+def one_layer_config(directory: Path) -> bool:
+    try:
+        return json.loads((directory / "config.json").read_text(encoding="utf-8")).get("num_hidden_layers") == 1
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
 
 
 def weights_file(path: Path, method: str) -> Path:
@@ -117,7 +130,8 @@ def load_published(path: Path, method: str, target_config, vocab: int) -> Publis
     weights = weights_file(path, method)
     config = read_config(weights.parent)
     state = read_state(weights)
-    checkpoint = read_medusa(weights, config, state) if method == "medusa" else read_hydra(weights, config, state, target_config)
+    readers = {"medusa": read_medusa, "hydra": read_hydra, "eagle": read_eagle}
+    checkpoint = readers[method](weights, config, state, target_config)
     check_target(checkpoint, target_config.hidden_size, vocab)
     return checkpoint
 
@@ -126,7 +140,7 @@ def _indices(keys, pattern: str) -> list[tuple[int, ...]]:
     return sorted({tuple(int(g) for g in m.groups()) for k in keys if (m := re.fullmatch(pattern, k))})
 
 
-def read_medusa(weights: Path, config: dict, state: dict[str, torch.Tensor]) -> PublishedCheckpoint:
+def read_medusa(weights: Path, config: dict, state: dict[str, torch.Tensor], target_config=None) -> PublishedCheckpoint:
     state = {k.removeprefix(MEDUSA_PREFIX): v for k, v in state.items()}
     blocks = _indices(state, r"(\d+)\.(\d+)\.linear\.weight")
     if not blocks:
@@ -213,14 +227,44 @@ def read_prefix_layer(weights: Path, state: dict[str, torch.Tensor], mapped: dic
         "eps": getattr(target_config, "rms_norm_eps", None), "final_norm": True}}
 
 
+#: EAGLE-1/2's decoder layer (no input_layernorm) -> `PrefixAttention` attribute names
+EAGLE_LAYER_KEYS = {key: value for key, value in PREFIX_KEYS.items() if key != "input_layernorm"}
+
+
+def read_eagle(weights: Path, config: dict, state: dict[str, torch.Tensor], target_config) -> PublishedCheckpoint:
+    """SafeAILab's EAGLE-1/2 weights: ``fc.*`` and ``layers.0.*`` (a LLaMA decoder layer without its input
+    norm), shaped by the draft's own LLaMA-style ``config.json``; ``embed_tokens`` (a copy of the target's)
+    is dropped, the target's own is used."""
+    if any(k.startswith("midlayer.") for k in state):
+        raise SpecbenchError(f"{weights}: EAGLE-3 weights (midlayer.*, a reduced vocabulary, multi-layer features) are "
+                             f"not supported; specbench's eagle reads EAGLE-1/2 weights")
+    for unused in [k for k in state if k == "embed_tokens.weight" or k.endswith("rotary_emb.inv_freq")]:
+        del state[unused]
+    mapped = {"fc.weight": _take(state, "fc.weight", weights)}
+    if "fc.bias" in state:
+        mapped["fc.bias"] = state.pop("fc.bias")
+    for theirs, mine in EAGLE_LAYER_KEYS.items():
+        mapped[f"layer.{mine}.weight"] = _take(state, f"layers.0.{theirs}.weight", weights)
+    _no_leftovers(state, weights, "EAGLE")
+    heads = config.get("num_attention_heads") or target_config.num_attention_heads
+    head_dim = mapped["layer.q_proj.weight"].shape[0] // heads
+    shape = {"num_kv_heads": mapped["layer.k_proj.weight"].shape[0] // head_dim,
+             "inner": mapped["layer.gate_proj.weight"].shape[0],
+             "rope_base": rope_base(SimpleNamespace(**config) if config else target_config, weights),
+             "eps": config.get("rms_norm_eps", getattr(target_config, "rms_norm_eps", None))}
+    return PublishedCheckpoint("eagle", "eagle-1/2", weights, config, mapped,
+                               {"num_heads": heads, "fc_bias": "fc.bias" in mapped, "layer_shape": shape})
+
+
 def rope_base(config, weights: Path) -> float:
-    """The target's plain RoPE base (transformers 5 keeps it in ``rope_parameters``, 4.x in ``rope_theta``);
-    scaled variants (llama3, yarn, ...) are refused: specbench's prefix layer rotates by plain RoPE."""
+    """The plain RoPE base of a config (transformers 5 keeps it in ``rope_parameters``, 4.x and the released
+    draft configs in ``rope_theta``); scaled variants (llama3, yarn, ...) are refused: specbench's draft
+    layers rotate by plain RoPE."""
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     kind = params.get("rope_type", params.get("type", "default"))
     if kind != "default":
-        raise SpecbenchError(f"{weights}: Hydra++'s prefix layer uses the target's RoPE, and {kind!r} RoPE scaling "
-                             f"is not supported by specbench's prefix layer")
+        raise SpecbenchError(f"{weights}: the draft layer rotates by the target's RoPE, and {kind!r} RoPE scaling "
+                             f"is not supported by specbench's draft layers")
     return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
 
 
@@ -237,7 +281,7 @@ def _no_leftovers(state: dict[str, torch.Tensor], weights: Path, what: str) -> N
 
 def check_target(checkpoint: PublishedCheckpoint, hidden: int, vocab: int) -> None:
     """Refuse heads made for another model: their hidden size, and their own vocabulary, must be the target's."""
-    found_hidden = next(v for k, v in checkpoint.state.items() if k.endswith("weight")).shape[0]
+    found_hidden = next(v for k, v in checkpoint.state.items() if k.endswith("weight")).shape[0]  # [H, ...]
     if found_hidden != hidden:
         raise SpecbenchError(f"{checkpoint.weights}: heads of hidden size {found_hidden}, the target's is {hidden} "
                              f"(made for {checkpoint.config.get('base_model_name_or_path', 'another model')})")

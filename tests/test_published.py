@@ -327,3 +327,65 @@ def test_cli_converts_a_checkpoint_runs_it_and_refuses_mismatches_in_one_line(ti
     assert_one_line_error(run_cli(*common, "--drafters", "hydra", "--drafter-option", f"hydra.checkpoint={tmp_path / 'pub'}",
                                   "--out", str(tmp_path / "hydra-run")), "holds published Medusa heads")
     assert_one_line_error(run_cli("convert", str(tmp_path / "missing"), "--out", str(tmp_path / "x")), "no checkpoint recipe")
+
+
+def write_eagle(folder, target_config, seed: int = 3, hidden_override: int | None = None):
+    """SafeAILab's EAGLE-1/2 weights for a tiny target: ``fc`` plus one LLaMA decoder layer without its input
+    norm, saved with the draft's LLaMA-style config; returns (fc, reference layer) to compute with."""
+    from transformers import LlamaModel
+
+    values = target_config.to_dict() | {"num_hidden_layers": 1, "bias": True}
+    if hidden_override:
+        values |= {"hidden_size": hidden_override}
+    config = target_config.__class__.from_dict(values)
+    torch.manual_seed(seed)
+    reference = LlamaModel(config).eval()
+    reference.layers[0].input_layernorm = torch.nn.Identity()  # EAGLE's layer 0 has none
+    reference.norm = torch.nn.Identity()  # and the draft has no final norm
+    with torch.no_grad():
+        reference.layers[0].post_attention_layernorm.weight.normal_(1.0, 0.2)
+    fc = torch.nn.Linear(2 * config.hidden_size, config.hidden_size)
+    state = {"fc.weight": fc.weight.detach(), "fc.bias": fc.bias.detach(),
+             "embed_tokens.weight": reference.embed_tokens.weight.detach()}  # the target's copy, stored in fp32
+    state |= {k: v for k, v in reference.state_dict().items() if k.startswith("layers.0.")}
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "pytorch_model.bin")
+    (folder / "config.json").write_text(json.dumps(values))
+    return fc, reference
+
+
+def test_published_eagle_weights_predict_what_the_llama_layer_gives(llama_target, tmp_path):
+    from specbench.drafters.eagle import EagleDrafter
+
+    fc, reference = write_eagle(tmp_path / "eagle", llama_target.config)
+    drafter = EagleDrafter(checkpoint=str(tmp_path / "eagle"), top_k=3, depth=2)
+    drafter.reset(llama_target.handle)
+    assert drafter.recipe["imported"]["layout"] == "eagle-1/2" and drafter.module.layer.num_kv_heads == 2
+    hidden = torch.randn(7, llama_target.config.hidden_size, generator=torch.Generator().manual_seed(6))
+    tokens = torch.tensor([4, 9, 8, 7, 6, 5, 3, 11])
+    embed = llama_target.handle.embed_tokens
+    with torch.no_grad():
+        fused = fc(torch.cat([embed(tokens[1:]), hidden], dim=-1))  # [E(x_{t+1}); f_t], embedding first
+        expected = reference(inputs_embeds=fused[None]).last_hidden_state[0]  # [7, H]
+        torch.testing.assert_close(drafter.module.forward_sequence(hidden, embed(tokens[1:])), expected, rtol=1e-4, atol=1e-5)
+        first = llama_target.lm_head(expected[-1]).topk(3).indices.tolist()
+    tree = drafter.propose(DraftContext(tokens=tokens, root=11, hidden=hidden, target=llama_target.handle, budget=4,
+                                        span=lambda name: contextlib.nullcontext()))
+    assert [t for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()) if p == 0] == first[: sum(p == 0 for p in tree.parents.tolist())]
+    for prompt in PROMPTS:
+        for budget in (2, 10):
+            result = generate(llama_target, drafter, prompt, 16, budget)
+            assert result.output_ids == plain_greedy(llama_target.model, prompt, 16, llama_target.eos_ids)
+
+
+def test_eagle_weights_for_another_model_or_eagle_3_are_refused(llama_target, tmp_path):
+    from specbench.drafters.eagle import EagleDrafter
+
+    write_eagle(tmp_path / "wide", llama_target.config, hidden_override=64)
+    assert "hidden size 64, the target's is 32" in refusal(llama_target, EagleDrafter(checkpoint=str(tmp_path / "wide")))
+    write_eagle(tmp_path / "three", llama_target.config)
+    state = torch.load(tmp_path / "three" / "pytorch_model.bin", weights_only=True)
+    state["midlayer.hidden_norm.weight"] = torch.ones(32)
+    torch.save(state, tmp_path / "three" / "pytorch_model.bin")
+    assert "EAGLE-3 weights" in refusal(llama_target, EagleDrafter(checkpoint=str(tmp_path / "three")))
+    assert "holds published Eagle heads" in refusal(llama_target, MedusaDrafter(checkpoint=str(tmp_path / "three")))
