@@ -28,9 +28,8 @@ from torch import nn
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
-from specbench.drafters.training.common import (autocast, checked_manifest, freeze, train_on_samples,
-                                                training_vocabularies, write_trained)
-from specbench.drafters.training.distill import Sample, iter_samples
+from specbench.drafters.training.common import autocast, sample_training_data, train_on_samples, write_trained
+from specbench.drafters.training.distill import Sample
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
 from specbench.tree import DraftTree
@@ -179,12 +178,7 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         raise SpecbenchError(f"unknown CTC method {config.method!r}; choose {', '.join(METHODS)}")
     if config.method == "ctc" and config.num_labels >= config.num_slots:
         raise SpecbenchError(f"--num-labels ({config.num_labels}) must be below --num-slots ({config.num_slots}) for CTC")
-    manifest = checked_manifest(Path(config.cache), target)
-    torch.manual_seed(config.seed)
-    freeze(target)
-    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab)
-    train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
-    heldout = list(iter_samples(Path(config.cache), "heldout"))
+    manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
     module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots,
                           config.slot_blocks)
     module = module.to(target.device)

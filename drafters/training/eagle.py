@@ -25,9 +25,8 @@ from torch import nn
 
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.eagle import EagleModule
-from specbench.drafters.training.common import (autocast, checked_manifest, freeze, train_on_samples,
-                                                training_vocabularies, write_trained)
-from specbench.drafters.training.distill import Sample, iter_samples
+from specbench.drafters.training.common import autocast, sample_training_data, train_on_samples, write_trained
+from specbench.drafters.training.distill import Sample
 from specbench.model import TargetModel
 
 
@@ -111,12 +110,7 @@ def evaluate(module: EagleModule, target: TargetModel, samples: list[Sample], vo
 
 def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
-    manifest = checked_manifest(Path(config.cache), target)
-    torch.manual_seed(config.seed)
-    freeze(target)
-    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab)
-    train = list(iter_samples(Path(config.cache), "train"))[: config.max_train_samples]
-    heldout = list(iter_samples(Path(config.cache), "heldout"))
+    manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
     heads = target.config.num_attention_heads
     module = EagleModule(target.config.hidden_size, heads, config.inner).to(target.device)
 
