@@ -55,6 +55,37 @@ class EagleModule(nn.Module):
         """Predicted f_{t+1} [P, H] for features f_0..f_{P-1} [P, H] and embeddings of x_1..x_P [P, H] (causal)."""
         return self.layer.forward_sequence(self.fuse(next_embeddings, features))
 
+    def forward_unrolled(self, features: torch.Tensor, next_embeddings: torch.Tensor, levels: int) -> list[torch.Tensor]:
+        """The draft chain along the true path, for every anchor at once: ``levels`` tensors [P, H].
+
+        features f_0..f_{P-1} [P, H]; next_embeddings E(x_1)..E(x_{P+levels-1}) [P + levels - 1, H].
+        Level 1 at anchor t predicts f_{t+1} from the true f_t (as `forward_sequence`). Level j > 1 reads
+        its own level j - 1 prediction with E(x_{t+j}) at position t + j - 1, and attends to the true
+        context 0..t and to its own chain at anchor t: what the dynamic tree's node on the true path sees
+        at inference (EAGLE-3's training-time test uses the same mask)."""
+        anchors = features.shape[0]
+        if next_embeddings.shape[0] != anchors + levels - 1:
+            raise ValueError(f"{anchors} features and {levels} levels need {anchors + levels - 1} embeddings, "
+                             f"got {next_embeddings.shape[0]}")
+        positions = torch.arange(anchors, device=features.device)
+        x = self.fuse(next_embeddings[:anchors], features)  # [P, H]
+        keys, values = self.layer.keys_values(x, positions)
+        keys, values = [keys], [values]
+        masks = [positions[:, None] >= positions[None, :]]  # level 1: causal over the true context [P, P]
+        own = torch.eye(anchors, dtype=torch.bool, device=features.device)  # each anchor sees its own chain
+        out = self.layer.attend(x, positions, keys[0], values[0], masks[0])
+        outs = [out]
+        for level in range(2, levels + 1):
+            x = self.fuse(next_embeddings[level - 1 : level - 1 + anchors], out)  # [E(x_{t+level}); f^_{t+level-1}]
+            level_positions = positions + level - 1
+            level_keys, level_values = self.layer.keys_values(x, level_positions)
+            keys.append(level_keys)
+            values.append(level_values)
+            masks.append(own)
+            out = self.layer.attend(x, level_positions, torch.cat(keys), torch.cat(values), torch.cat(masks, dim=1))
+            outs.append(out)
+        return outs
+
 
 class EagleDrafter(CheckpointDrafter):
     """EAGLE-style drafter; options: ``checkpoint`` (path stem, or SafeAILab's EAGLE-1/2 weights: their

@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--max-train-samples", type=int, default=None, help="ctc, eagle: use the first N training samples")
     train.add_argument("--noise", type=float, default=0.1,
                        help="eagle: uniform noise U(-x, x) on the input features in training (EAGLE's 0.1)")
+    train.add_argument("--unroll", type=int, default=1,
+                       help="eagle: chain levels trained per position, own predicted features fed back (EAGLE-3's "
+                            "training-time test; costs about this many times more)")
     train.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
@@ -561,7 +564,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(methods)}")
     if args.anchors_per_sample < 0:
         raise SpecbenchError("--anchors-per-sample must be 0 (all) or more")
-    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step"):
+    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step", "unroll"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.train_vocab < 0:
@@ -618,11 +621,13 @@ def _train_eagle(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
 
     config = EagleTrainConfig(cache=cache, out=out, epochs=args.epochs or 4, lr=args.lr,
                               samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
-                              seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, noise=args.noise)
+                              seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, noise=args.noise,
+                              unroll=args.unroll)
     recipe = train_eagle(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
-            f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}"), recipe["training_seconds"]
+            f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}, "
+            f"chain accuracy by depth {metrics['heldout_chain']}, chain tau {metrics['heldout_chain_tau']:.3f}"), recipe["training_seconds"]
 
 
 COMMANDS = {"convert": cmd_convert, "replay": cmd_replay, "profile": cmd_profile, "export": cmd_export, "distill": cmd_distill, "run": cmd_run, "train": cmd_train, "list-drafters": cmd_list_drafters, "report": cmd_report}

@@ -49,6 +49,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "ctc", "--anchors-per-sample", "-1"], ["--anchors-per-sample"]),
         (["train", "ctc", "--num-slots", "0"], ["--num-slots must be at least 1"]),
         (["train", "eagle", "--noise", "-1"], ["--noise must be 0 (none) or positive"]),
+        (["train", "eagle", "--unroll", "0"], ["--unroll must be at least 1"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
         (["run", "--drafters", "ctc", "--drafter-option", "ctc.top_k=0"], ["drafter 'ctc'", "top_k >= 1"]),
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),

@@ -16,7 +16,7 @@ from specbench.drafter import DraftContext
 from specbench.drafters.dynamic_tree import Candidates
 from specbench.drafters.eagle import EagleDrafter, EagleModule
 from specbench.drafters.prefix_attention import PrefixCache
-from specbench.drafters.training.eagle import EagleTrainConfig, predict_features, train_eagle
+from specbench.drafters.training.eagle import EagleTrainConfig, chain_accuracy, predict_features, train_eagle
 from specbench.harness.loop import generate
 
 
@@ -75,6 +75,23 @@ def test_cached_drafting_equals_the_whole_sequence_forward(llama_target):
     assert not hasattr(module.layer.norm, "weight")  # EAGLE's layer has no input norm
 
 
+@pytest.mark.parametrize("anchor,level", [(0, 1), (0, 3), (4, 2), (6, 4), (7, 1)])
+def test_the_unrolled_chain_is_the_draft_feeding_itself_back(llama_target, anchor, level):
+    """Level j at anchor t equals a causal pass over the true context 0..t followed by the chain's own
+    predictions: what the dynamic tree's node on the true path attends to."""
+    module = random_eagle(llama_target, seed=3)
+    hidden = llama_target.config.hidden_size
+    features, embeddings = torch.randn(8, hidden), torch.randn(8 + 4 - 1, hidden)
+    with torch.no_grad():
+        levels = module.forward_unrolled(features, embeddings, 4)  # 4 x [8, H]
+        torch.testing.assert_close(levels[0], module.forward_sequence(features, embeddings[:8]))
+        chain = [levels[i][anchor] for i in range(level - 1)]
+        direct = module.forward_sequence(torch.stack([*features[: anchor + 1], *chain]), embeddings[: anchor + level])
+    torch.testing.assert_close(levels[level - 1][anchor], direct[-1], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="need 11 embeddings"):
+        module.forward_unrolled(features, embeddings[:-1], 4)
+
+
 @pytest.fixture(scope="module")
 def trained(llama_target, tmp_path_factory):
     folder = tmp_path_factory.mktemp("eagle")
@@ -91,6 +108,10 @@ def test_training_lowers_the_loss_resumes_and_records_metrics(llama_target, trai
     metrics = recipe["metrics"]
     assert 0 <= metrics["heldout_top1"] <= metrics["heldout_top5"] <= 1 and metrics["heldout_rows"] == 4 * 24
     assert recipe["parameters"] == sum(p.numel() for p in EagleModule(32, 4).parameters())
+    chain, by_depth = metrics["heldout_chain"], metrics["heldout_depth_top1"]
+    assert len(chain) == len(by_depth) == 5 and metrics["heldout_chain_anchors"] > 0
+    assert all(c <= d for c, d in zip(chain, by_depth)) and chain == sorted(chain, reverse=True)
+    assert metrics["heldout_chain_tau"] == pytest.approx(1 + sum(chain), abs=1e-3)
     assert train_eagle(config, llama_target, progress=False)["metrics"] == metrics  # resumed: the same weights
     drafter = EagleDrafter(checkpoint=config.out)
     drafter.reset(llama_target.handle)
@@ -143,8 +164,66 @@ def test_predict_features_pairs_each_feature_with_the_next_token(llama_target, t
     drafter = EagleDrafter(checkpoint=config.out)
     drafter.reset(llama_target.handle)
     with torch.no_grad():
-        predicted = predict_features(drafter.module, llama_target, sample)  # [L-1, H]
+        (predicted,) = predict_features(drafter.module, llama_target, sample)  # [L-1, H]
         embed = llama_target.handle.embed_tokens
         direct = drafter.module.forward_sequence(sample.hidden[:-1].float(), embed(sample.input_ids[1:]))
     torch.testing.assert_close(predicted, direct)
     assert predicted.shape == (len(sample.input_ids) - 1, llama_target.config.hidden_size)
+
+
+def test_chain_accuracy_counts_a_chain_only_while_every_depth_is_right(llama_target, trained):
+    """A draft that always proposes the sample's true next tokens scores 1 at every depth; corrupting
+    depth 2 zeroes the chain from there on, while depth-1 and depth-3 accuracy stay."""
+    from specbench.drafters.draft_vocab import DraftVocab, token_ranking
+    from specbench.drafters.training.distill import iter_samples
+
+    config, _ = trained
+    samples = list(iter_samples(config.cache, "heldout"))
+    vocab = DraftVocab(llama_target.lm_head, token_ranking(config.cache, llama_target.config.vocab_size), 0)
+
+    class Oracle(torch.nn.Module):
+        """Returns one-hot 'features' whose lm_head argmax is the true token at each depth."""
+
+        def __init__(self, wrong_depth: int | None) -> None:
+            super().__init__()
+            self.wrong_depth, self.weight = wrong_depth, torch.nn.Parameter(torch.zeros(1))
+
+        def forward_unrolled(self, features, embeddings, levels):
+            ids = self.sample.input_ids
+            outs = []
+            for depth in range(1, levels + 1):
+                labels = ids[depth + 1 : depth + 1 + features.shape[0]]
+                labels = torch.cat([labels, labels.new_zeros(features.shape[0] - len(labels))])
+                if depth == self.wrong_depth:
+                    labels = (labels + 1) % llama_target.config.vocab_size
+                outs.append(torch.nn.functional.one_hot(labels, llama_target.config.vocab_size).float())
+            return outs
+
+    lm_head = vocab.logits
+    vocab.logits = lambda features: features  # the oracle's one-hot rows are already logits
+    try:
+        for wrong, expected_chain in [(None, [1.0] * 3), (2, [1.0, 0.0, 0.0])]:
+            oracle = Oracle(wrong)
+            right = {"chain": [], "depth": []}
+            for sample in samples:
+                oracle.sample = sample
+                metrics = chain_accuracy(oracle, llama_target, [sample], vocab, levels=3)
+                right["chain"].append(metrics["heldout_chain"])
+                right["depth"].append(metrics["heldout_depth_top1"])
+            assert all(chain == expected_chain for chain in right["chain"])
+            assert all(depth == ([1.0, 0.0, 1.0] if wrong else [1.0] * 3) for depth in right["depth"])
+    finally:
+        vocab.logits = lm_head
+
+
+def test_unrolled_training_lowers_the_loss_and_is_recorded(llama_target, trained, tmp_path):
+    config, _ = trained
+    unrolled = EagleTrainConfig(cache=config.cache, out=str(tmp_path / "eagle-u3"), epochs=2, lr=5e-3,
+                                samples_per_step=2, warmup_steps=2, unroll=3)
+    recipe = train_eagle(unrolled, llama_target, progress=False)
+    assert recipe["history"][-1]["last_tenth_loss"] < recipe["history"][0]["first_tenth_loss"]
+    assert recipe["hyperparameters"]["unroll"] == 3
+    drafter = EagleDrafter(checkpoint=unrolled.out, top_k=4, depth=3)
+    prompt = [5, 17, 42, 8]
+    assert generate(llama_target, drafter, prompt, 16, 8).output_ids == plain_greedy(llama_target.model, prompt, 16,
+                                                                                      llama_target.eos_ids)

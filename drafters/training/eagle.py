@@ -48,6 +48,7 @@ class EagleTrainConfig:
     token_weight: float = 0.1
     noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (EAGLE's paper: 0.1)
     inner: int | None = None  # the layer's MLP width (default 2H)
+    unroll: int = 1  # chain levels trained per anchor (> 1: EAGLE-3's training-time test, own features fed back)
 
 
 def response_rows(sample: Sample) -> tuple[int, int]:
@@ -56,32 +57,38 @@ def response_rows(sample: Sample) -> tuple[int, int]:
 
 
 def predict_features(module: EagleModule, target: TargetModel, sample: Sample, noise: float = 0.0,
-                     generator: torch.Generator | None = None) -> torch.Tensor:
-    """Predicted f^_{t+1} [L - 1, H] for t = 0 .. L - 2 from the sample's (noised) features and next tokens."""
+                     generator: torch.Generator | None = None, levels: int = 1) -> list[torch.Tensor]:
+    """Predicted features per chain level, each [L - levels, H]: level j at anchor t predicts f_{t+j}
+    (`EagleModule.forward_unrolled`) from the sample's (noised) features and next tokens."""
     dtype = next(module.parameters()).dtype
-    features = sample.hidden[:-1].to(dtype)  # [L-1, H]
+    features = sample.hidden[: len(sample.input_ids) - levels].to(dtype)  # [L-levels, H]
     if noise:
         features = features + (torch.rand(features.shape, generator=generator, dtype=dtype) * 2 - 1) * noise
     with torch.no_grad():
         next_embeddings = target.handle.embed_tokens(sample.input_ids[1:].to(target.device)).to(dtype)  # [L-1, H]
-    return module.forward_sequence(features.to(target.device), next_embeddings)
+    return module.forward_unrolled(features.to(target.device), next_embeddings, levels)
 
 
 def losses(module: EagleModule, target: TargetModel, sample: Sample, vocab: DraftVocab | None, noise: float,
-           generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """(feature loss, token loss, predicted logits [R, V']) over the sample's response rows, or None."""
-    start, end = response_rows(sample)
+           generator: torch.Generator | None, levels: int = 1
+           ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]] | None:
+    """(feature loss, token loss, predicted logits per level [R, V']) over the anchors whose x_{t+1} is a
+    response token and whose f_{t+levels} exists; both losses are averaged over the levels. None if no rows."""
+    start, end = sample.prompt_len - 1, len(sample.input_ids) - levels
     if end <= start:
         return None
-    predicted = predict_features(module, target, sample, noise, generator)[start:end].float()  # [R, H]
-    truth = sample.hidden[start + 1 : end + 1].to(target.device, torch.float32)  # [R, H]
     logits_of = vocab.logits if vocab is not None else target.lm_head
-    feature_loss = nn.functional.smooth_l1_loss(predicted, truth)
-    with torch.no_grad():
-        teacher = logits_of(truth).float().softmax(dim=-1)  # [R, V']
-    logits = logits_of(predicted).float()
-    token_loss = -(teacher * logits.log_softmax(dim=-1)).sum(dim=-1).mean()
-    return feature_loss, token_loss, logits
+    feature_loss, token_loss, level_logits = 0.0, 0.0, []
+    for level, predicted in enumerate(predict_features(module, target, sample, noise, generator, levels), start=1):
+        predicted = predicted[start:end].float()  # [R, H]
+        truth = sample.hidden[start + level : end + level].to(target.device, torch.float32)  # f_{t+level} [R, H]
+        feature_loss = feature_loss + nn.functional.smooth_l1_loss(predicted, truth)
+        with torch.no_grad():
+            teacher = logits_of(truth).float().softmax(dim=-1)  # [R, V']
+        logits = logits_of(predicted).float()
+        token_loss = token_loss - (teacher * logits.log_softmax(dim=-1)).sum(dim=-1).mean()
+        level_logits.append(logits)
+    return feature_loss / levels, token_loss / levels, level_logits
 
 
 @torch.no_grad()
@@ -94,7 +101,7 @@ def evaluate(module: EagleModule, target: TargetModel, samples: list[Sample], vo
         if out is None:
             continue
         start, end = response_rows(sample)
-        feature_loss, token_loss, logits = out
+        feature_loss, token_loss, (logits,) = out
         labels = sample.input_ids[start + 2 : end + 2].to(logits.device)  # x_{t+2}; the last row has none
         ranked = vocab.token_ids(logits[: len(labels)].topk(5, dim=-1).indices)  # [R', 5]
         top1 += int((ranked[:, 0] == labels).sum())
@@ -108,6 +115,36 @@ def evaluate(module: EagleModule, target: TargetModel, samples: list[Sample], vo
             "heldout_top1": top1 / max(1, labelled), "heldout_top5": top5 / max(1, labelled), "heldout_rows": rows}
 
 
+@torch.no_grad()
+def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sample], vocab: DraftVocab,
+                   levels: int = 5) -> dict:
+    """Held-out accuracy of the draft chain by depth, as the dynamic tree meets it on the true path.
+
+    At depth d the draft reads its own predicted features and the true tokens (`forward_unrolled`); its
+    top-1 is scored against x_{t+d+1}. ``heldout_depth_top1[d-1]``: right at depth d; ``heldout_chain[d-1]``:
+    right at every depth <= d, i.e. the chance a greedy chain of d drafts is wholly accepted, so
+    ``heldout_chain_tau`` = 1 + sum(chain) is the greedy chain's expected tokens per step (budget levels + 1).
+    Anchors are response positions where every depth has a label, the same set at each depth."""
+    module.eval()
+    right_at, chain_at, anchors = torch.zeros(levels), torch.zeros(levels), 0
+    for sample in samples:
+        start, end = sample.prompt_len - 1, len(sample.input_ids) - levels - 1  # labels x_{t+levels+1} exist
+        if end <= start:
+            continue
+        outs = predict_features(module, target, sample, levels=levels)  # levels x [L-levels, H]
+        right = torch.stack([
+            vocab.token_ids(vocab.logits(out[start:end]).argmax(dim=-1)).cpu()
+            == sample.input_ids[start + depth + 1 : end + depth + 1]
+            for depth, out in enumerate(outs, start=1)])  # [levels, R]
+        right_at += right.sum(dim=1)
+        chain_at += right.int().cumprod(dim=0).sum(dim=1)
+        anchors += right.shape[1]
+    chain = (chain_at / max(1, anchors)).tolist()
+    return {"heldout_depth_top1": [round(x, 4) for x in (right_at / max(1, anchors)).tolist()],
+            "heldout_chain": [round(x, 4) for x in chain], "heldout_chain_tau": round(1 + sum(chain), 4),
+            "heldout_chain_anchors": anchors}
+
+
 def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
     manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
@@ -115,12 +152,12 @@ def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = 
     module = EagleModule(target.config.hidden_size, heads, config.inner).to(target.device)
 
     def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
-        out = losses(module, target, sample, vocab, config.noise, generator)
+        out = losses(module, target, sample, vocab, config.noise, generator, config.unroll)
         return None if out is None else config.feature_weight * out[0] + config.token_weight * out[1]
 
     history, seconds = train_on_samples(module, train, target, config, sample_loss, progress)
     with autocast(target.device, config.dtype):
-        metrics = evaluate(module, target, heldout, eval_vocab)
+        metrics = evaluate(module, target, heldout, eval_vocab) | chain_accuracy(module, target, heldout, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
