@@ -326,6 +326,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\nspecbench: interrupted; finished questions are kept in {config.out}; "
               f"continue with the same command plus --resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if not run.is_main:  # torchrun: rank 0 merged the answers and writes the summary
+        return 0
     summary = write_summary(out)
     print(format_table(summary))
     print(f"\nresults: {out}/answers/*.jsonl, {out}/summary.csv, {out}/manifest.json")

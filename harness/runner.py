@@ -4,7 +4,8 @@ resume, answer records and the manifest.
 Order of work: for each question, every drafter in turn (vanilla first), each turn of the conversation
 prompted with that drafter's own earlier answers. Interleaving per question spreads machine noise
 evenly over drafters. One warm-up question (the first selected one, first turn, at most 32 tokens) runs
-through every drafter before anything is recorded.
+through every drafter before anything is recorded. Under torchrun each rank runs its share of the
+questions this way and rank 0 merges the answers (`harness.distributed`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from specbench import __version__
 from specbench.errors import SpecbenchError
+from specbench.harness import distributed
 from specbench.harness.budgets import BudgetChoice, create_entry, parse_budget_spec, resolve_budgets, split_entry
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel, check_device, load_target
@@ -181,13 +183,29 @@ class Run:
         self.target = target
         self.config = config
         self.out = Path(config.out)
+        self.shard = distributed.current_shard() if target is None else None  # torchrun's rank, if sharded
+        self.answers_home = self.shard.folder(self.out) if self.shard else self.out  # where this process appends
         self.drafter_names = config.ordered_drafters()
         self.bench_path = resolve_bench(config.bench)
         self.questions = select_questions(load_questions(self.bench_path), config.categories, config.limit)
         # Built before the model loads, so a bad drafter option stops the run at once.
         self.drafters = {name: create_entry(name, config.drafter_options) for name in self.drafter_names}
+        if self.shard:
+            distributed.start(self.shard, self.device)
         self.done = self._prepare_out_dir()
-        self.progress = progress
+        if self.shard:
+            distributed.barrier()  # every rank has looked at the directory before any rank writes to it
+        self.progress = progress and self.is_main
+
+    @property
+    def is_main(self) -> bool:
+        """True for a single process and for torchrun's rank 0 (which writes the manifest and merges)."""
+        return self.shard is None or self.shard.is_main
+
+    @property
+    def device(self) -> str:
+        """This process's device: ``cuda`` means rank r's own GPU under torchrun."""
+        return self.shard.device(self.config.device) if self.shard else self.config.device
 
     def _prepare_out_dir(self) -> dict[str, dict[object, Answer]]:
         """Finished records by drafter and question id (empty unless resuming)."""
@@ -197,7 +215,7 @@ class Run:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecbenchError(f"cannot create --out {self.out}: {exc.strerror}") from None
-        existing = sorted((self.out / "answers").glob("*.jsonl")) if (self.out / "answers").is_dir() else []
+        existing = sorted(self.out.glob("answers/*.jsonl")) + sorted(self.out.glob(f"{distributed.RANKS}/*/answers/*.jsonl"))
         if existing and not self.config.resume:
             raise SpecbenchError(f"{self.out} already holds results; pass --resume to continue it, or choose another --out")
         if not self.config.resume:
@@ -215,34 +233,56 @@ class Run:
         if changed:
             detail = ", ".join(f"{key}: {before.get(key)!r} -> {now.get(key)!r}" for key in changed)
             raise SpecbenchError(f"--resume with different settings than {self.out}/{MANIFEST} ({detail})")
-        done = {}
+        done = {}  # every record any earlier launch finished (merged, or in any rank's file), by drafter
         for name in self.drafter_names:
-            path = answers_path(self.out, name)
-            records = read_answers(path, drop_partial_tail=True) if path.exists() else []
-            done[name] = {record.question_id: record for record in records}
+            own = answers_path(self.answers_home, name)  # a cut-short last line is removed only from our own file
+            done[name] = {}
+            for path in distributed.answer_files(self.out, name):
+                for record in read_answers(path, drop_partial_tail=True, keep_file=path != own):
+                    done[name].setdefault(record.question_id, record)
         return done
 
     def pending(self) -> list[Question]:
-        return [q for q in self.questions if any(q.question_id not in self.done.get(d, {}) for d in self.drafter_names)]
+        """This process's questions (under torchrun, its rank's share) that some drafter has not finished."""
+        mine = self.shard.owns(self.questions) if self.shard else self.questions
+        return [q for q in mine if any(q.question_id not in self.done.get(d, {}) for d in self.drafter_names)]
+
+    def _budgets_and_manifest(self, target: TargetModel, prompts: PromptBuilder,
+                              ranks: list[dict] | None) -> dict[str, BudgetChoice]:
+        """The tree budgets (a resumed run keeps the ones it chose), and the manifest written with them."""
+        config = self.config
+        manifest = read_manifest(self.out) if config.resume else None
+        if manifest is not None and manifest.get("budgets"):
+            budgets = {name: BudgetChoice(**choice) for name, choice in manifest["budgets"].items()}
+        else:
+            budgets, calibration = resolve_budgets(config, target, prompts, self.drafters, self.progress)
+            if manifest is None:
+                manifest = build_manifest(config, target, self.bench_path, self.questions, budgets, calibration)
+            else:  # resuming a run recorded before budgets were: add them, keep the rest as it was
+                manifest |= {"budgets": {n: c.to_json() for n, c in budgets.items()}, "calibration": calibration}
+        if ranks is not None:  # one entry per torchrun launch of this run directory
+            manifest.setdefault("distributed", []).append({
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "world_size": len(ranks),
+                "backend": "nccl" if self.device.startswith("cuda") else "gloo",
+                "partition": "rank r runs the questions at positions r, r + world_size, ... of data.questions",
+                "ranks": ranks})
+        write_json(self.out / MANIFEST, manifest)
+        return budgets
 
     def execute(self) -> Path:
         config = self.config
         torch.manual_seed(config.seed)
         if config.threads:
             torch.set_num_threads(config.threads)
-        target = self.target or load_target(config.model, config.device, config.dtype)
+        target = self.target or load_target(config.model, self.device, config.dtype)
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
-        manifest = read_manifest(self.out) if config.resume else None
-        if manifest is not None and manifest.get("budgets"):  # a resumed run keeps the budgets it chose
-            self.budgets = {name: BudgetChoice(**choice) for name, choice in manifest["budgets"].items()}
-        else:
-            self.budgets, calibration = resolve_budgets(config, target, prompts, drafters, self.progress)
-            if manifest is None:
-                manifest = build_manifest(config, target, self.bench_path, self.questions, self.budgets, calibration)
-            else:  # resuming a run recorded before budgets were: add them, keep the rest as it was
-                manifest |= {"budgets": {n: c.to_json() for n, c in self.budgets.items()}, "calibration": calibration}
-            write_json(self.out / MANIFEST, manifest)
+        shard = self.shard
+        ranks = distributed.gather(distributed.rank_record(shard, self.device), shard.world_size) if shard else None
+        if self.is_main:
+            self.budgets = self._budgets_and_manifest(target, prompts, ranks)
+        if shard:  # every rank runs rank 0's budgets
+            self.budgets = distributed.broadcast(self.budgets if shard.is_main else None)
 
         todo = self.pending()
         if config.warmup and todo:
@@ -262,7 +302,7 @@ class Run:
                     bar.update(1)
                     continue
                 record = self._run_question(question, target, drafter, prompts, vanilla_ids, name)
-                append_answer(answers_path(self.out, name), record)
+                append_answer(answers_path(self.answers_home, name), record)
                 self.done.setdefault(name, {})[question.question_id] = record
                 if name == BASELINE:
                     vanilla_ids = record.output_ids
@@ -273,7 +313,20 @@ class Run:
                                              for n, s in live.items() if s[2]))
                 bar.update(1)
         bar.close()
+        self._merge()
         return self.out
+
+    def _merge(self) -> None:
+        """After every rank has finished: rank 0 merges the rank files into ``answers/`` (also when a single
+        process resumes a sharded run), then the process group closes."""
+        if self.shard:
+            distributed.barrier()
+        if self.is_main and (self.out / distributed.RANKS).is_dir():
+            for name in self.drafters:
+                distributed.merge_answers(self.out, name, [q.question_id for q in self.questions])
+        if self.shard:
+            distributed.barrier()
+            distributed.stop()
 
     def _run_question(self, question: Question, target: TargetModel, drafter, prompts: PromptBuilder,
                       vanilla_ids: list[list[int]] | None, name: str) -> Answer:

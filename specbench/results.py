@@ -208,17 +208,19 @@ def append_answer(path: Path, answer: Answer) -> None:
         os.fsync(handle.fileno())
 
 
-def read_answers(path: Path, drop_partial_tail: bool = False) -> list[Answer]:
+def read_answers(path: Path, drop_partial_tail: bool = False, keep_file: bool = False) -> list[Answer]:
     """Parse an answers file; a malformed or inconsistent line raises `SpecbenchError` naming file and line.
 
     With ``drop_partial_tail`` a last line without its newline (a write cut short by a kill) is ignored
-    and removed, so a resumed run appends after the last complete question.
+    and removed, so a resumed run appends after the last complete question; ``keep_file`` ignores it
+    without touching the file (another process's file, in a sharded run).
     """
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     if drop_partial_tail and text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
-        path.write_text(text, encoding="utf-8")
+        if not keep_file:
+            path.write_text(text, encoding="utf-8")
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
