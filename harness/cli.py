@@ -18,6 +18,8 @@ from pathlib import Path
 from specbench.errors import SpecbenchError
 from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON
 
+MODEL_HELP = "'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory or a .gguf file"
+
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -114,7 +116,7 @@ def _drafter_options(pairs: list[str]) -> dict[str, dict]:
 
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     """What `run` and `replay` share: the target, where it runs, the drafters and the questions."""
-    parser.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), a model directory or a .gguf file")
+    parser.add_argument("--model", default="default", help=MODEL_HELP)
     parser.add_argument("--drafters", type=_csv, default=["all"], help="comma-separated names, or 'all' (default)")
     parser.add_argument("--bench", default="demo", help="demo (default), mt_bench, spec_bench, or a question.jsonl path")
     parser.add_argument("--categories", type=_csv, default=None, help="comma-separated categories to keep")
@@ -189,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     profile = command("profile")
-    profile.add_argument("--model", default="default", help="'default', a model directory or a .gguf file")
+    profile.add_argument("--model", default="default", help=MODEL_HELP)
     profile.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     profile.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
     profile.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -213,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("list-drafters")
 
     distill = command("distill")
-    distill.add_argument("--model", default="default", help="'default', a model directory or a .gguf file")
+    distill.add_argument("--model", default="default", help=MODEL_HELP)
     distill.add_argument("--train", type=train_count, default=1000,
                          help="training prompts, or 'all' (every usable prompt not held out) (default: 1000)")
     distill.add_argument("--heldout", type=int, default=64, help="held-out prompts")

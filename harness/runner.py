@@ -26,7 +26,7 @@ from specbench.errors import SpecbenchError
 from specbench.harness import distributed
 from specbench.harness.budgets import BudgetChoice, create_entry, parse_budget_spec, resolve_budgets, split_entry
 from specbench.harness.loop import TurnResult, generate
-from specbench.model import TargetModel, check_device, load_target
+from specbench.model import NAMED_MODELS, TargetModel, check_device, load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.registry import available_drafters, get_drafter_class
@@ -103,8 +103,8 @@ class RunConfig:
         unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
         if unknown:
             raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
-        if not model_given and self.model != "default" and not Path(self.model).expanduser().exists():
-            raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, or 'default')")
+        if not model_given and self.model not in NAMED_MODELS and not Path(self.model).expanduser().exists():
+            raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, 'default' or 'gemma3')")
         check_device(self.device)
         if self.profile is not None:
             from specbench.profile import load_profile

