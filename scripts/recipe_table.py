@@ -1,7 +1,7 @@
 """One row per training recipe (``*.json`` next to a checkpoint) in the given folders: data size, epochs,
 time, held-out top-1 per head or slot, and the offline tau at a tree budget (heads: the static tree's
 expected acceptance from the held-out per-rank accuracies; ctc: the held-out walk of the CTC transform's
-tree). Used for the learning-curve and recipe-choice tables in docs/training.md.
+tree; eagle: its greedy chain's held-out accuracy by depth and expected length). Used for the learning-curve and recipe-choice tables in docs/training.md.
 
     python scripts/recipe_table.py runs/gpu/ckpt [--budget 16]
 """
@@ -17,6 +17,8 @@ from specbench.drafters.static_tree import StaticTree
 
 def offline_tau(recipe: dict, budget: int) -> float | None:
     metrics = recipe["metrics"]
+    if "heldout_chain_tau" in metrics:  # eagle: its greedy chain's (budget = depth + 1), not a tree's
+        return metrics["heldout_chain_tau"]
     if "heldout_tau_by_budget" in metrics:
         return metrics["heldout_tau_by_budget"].get(str(budget))
     accuracy = metrics["heldout_topk_accuracy"]
@@ -28,8 +30,8 @@ def row(path: Path, budget: int) -> str:
     hyper, data, metrics = recipe["hyperparameters"], recipe["data"], recipe["metrics"]
     size = data.get("train_positions") or data.get("train_samples")
     unit = "positions" if "train_positions" in data else "samples"
-    top1 = metrics.get("heldout_top1")
-    quality = (" / ".join(f"{a:.3f}" for a in top1) if top1 else f"loss {metrics['heldout_loss']:.3f}")
+    top1 = metrics.get("heldout_chain") or metrics.get("heldout_top1")  # eagle: chain accuracy by depth
+    quality = (" / ".join(f"{a:.3f}" for a in top1) if isinstance(top1, list) else f"loss {metrics['heldout_loss']:.3f}")
     tau = offline_tau(recipe, budget)
     seconds = recipe.get("training_seconds", 0.0)
     return (f"| {path.stem} | {recipe['method']} | {size:,} {unit} | {hyper['epochs']} | {seconds:,.0f} s | "
