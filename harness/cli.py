@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.placement import STRATEGIES
 from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON
 
 MODEL_HELP = "'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory or a .gguf file"
@@ -123,6 +124,8 @@ def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="at most N questions from each category")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="token cap per turn")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--device-map", default=None, choices=STRATEGIES,
+        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
     parser.add_argument("--template", default=None, help="FastChat conversation template for models without a chat template")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -193,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile = command("profile")
     profile.add_argument("--model", default="default", help=MODEL_HELP)
     profile.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    profile.add_argument("--device-map", default=None, choices=STRATEGIES,
+        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
     profile.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
     profile.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     profile.add_argument("--sizes", type=_csv, default=["1", "2", "3", "4", "6", "8", "12", "16", "24", "32", "48", "64"],
@@ -226,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--seed", type=int, default=0, help="prompt shuffle seed")
     distill.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     distill.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the target's forwards)")
+    distill.add_argument("--device-map", default=None, choices=STRATEGIES,
+        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
     distill.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                          help="the target's dtype while generating (hidden states are stored as float16)")
     distill.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
@@ -237,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = command("train")
     train.add_argument("method", help="medusa, hydra, ctc, ctc-ce (the CTC-drafter's cross-entropy ablation) or eagle")
-    train.add_argument("--model", default="default", help="the target: 'default', a model directory or a .gguf file")
+    train.add_argument("--model", default="default", help=MODEL_HELP)
     train.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
     train.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
     train.add_argument("--num-heads", type=int, default=4, help="medusa, hydra: draft heads (tree depth)")
@@ -265,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    train.add_argument("--device-map", default=None, choices=STRATEGIES,
+        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
     train.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                        help="bfloat16: autocast forward with float32 master weights (for GPUs)")
     train.add_argument("--train-vocab", type=int, default=0,
@@ -313,7 +322,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(
         out=args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}", model=args.model, drafters=args.drafters,
         bench=args.bench, categories=args.categories, limit=args.limit, max_new_tokens=args.max_new_tokens,
-        tree_budget=args.tree_budget, repeats=args.repeats, breakdown=args.breakdown, device=args.device,
+        tree_budget=args.tree_budget, repeats=args.repeats, breakdown=args.breakdown, device=args.device, device_map=args.device_map,
         dtype=args.dtype, template=args.template, seed=args.seed, threads=args.threads, warmup=not args.no_warmup,
         resume=args.resume, drafter_options=_drafter_options(args.drafter_option), profile=args.profile,
         calibration=args.calibration,
@@ -354,7 +363,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     check_device(args.device)
-    target = load_target(args.model, args.device, args.dtype)
+    target = load_target(args.model, args.device, args.dtype, args.device_map)
     path = cache_path(profile_key(target), cache_root())
     if path.exists() and not args.force:
         profile = load_profile(path)
@@ -386,7 +395,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).is_dir():
         raise SpecbenchError(f"--out {args.out} is a directory; give a CSV file name")
     config = RunConfig(out=".", model=args.model, drafters=args.drafters, bench=args.bench, categories=args.categories,
-                       limit=args.limit, max_new_tokens=args.max_new_tokens, threads=args.threads, device=args.device,
+                       limit=args.limit, max_new_tokens=args.max_new_tokens, threads=args.threads, device=args.device, device_map=args.device_map,
                        dtype=args.dtype, template=args.template, drafter_options=_drafter_options(args.drafter_option),
                        profile=args.profile)
     config.check()  # the checks `run` makes, before the model loads
@@ -394,7 +403,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     drafters = {name: create_entry(name, config.drafter_options) for name in config.ordered_drafters()}
     if args.threads:
         torch.set_num_threads(args.threads)
-    target = load_target(args.model, args.device, args.dtype)
+    target = load_target(args.model, args.device, args.dtype, args.device_map)
     prompts = PromptBuilder(target.tokenizer, args.template)
     turns = [(q.category, t) for q in questions for t in question_trajectories(target, prompts, q, args.max_new_tokens)]
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
@@ -519,7 +528,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
     # Read more prompts than needed: some are dropped for length after tokenization.
     split = load_prompts(train=args.train * 2 if args.train else None, heldout=args.heldout * 2, seed=args.seed)
-    target = load_target(args.model, args.device, args.dtype)
+    target = load_target(args.model, args.device, args.dtype, args.device_map)
     builder = PromptBuilder(target.tokenizer)
 
     def encode(texts: list[str], wanted: int | None) -> list[list[int]]:
@@ -598,7 +607,7 @@ def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
                              num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
                              max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
                              prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype)
-    recipe = train_heads(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
+    recipe = train_heads(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
             f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}"), recipe["training_seconds"]
@@ -613,7 +622,7 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
                             samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
                             anchors_per_sample=args.anchors_per_sample or None,
                             seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab)
-    recipe = train_ctc(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
+    recipe = train_ctc(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     taus = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_tau_by_budget"].items())
     return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
@@ -627,7 +636,7 @@ def _train_eagle(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
                               samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
                               seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, noise=args.noise,
                               unroll=args.unroll)
-    recipe = train_eagle(config, load_target(args.model, args.device, args.dtype), progress=not args.no_progress)
+    recipe = train_eagle(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
             f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}, "

@@ -27,6 +27,7 @@ from specbench.harness import distributed
 from specbench.harness.budgets import BudgetChoice, create_entry, parse_budget_spec, resolve_budgets, split_entry
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import NAMED_MODELS, TargetModel, check_device, load_target
+from specbench.placement import check_device_map, placement_summary
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.registry import available_drafters, get_drafter_class
@@ -36,7 +37,7 @@ from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_
 
 WARMUP_TOKENS = 32
 # Settings a resumed run must share with the run it continues (otherwise the numbers would not pair).
-RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype",
+RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype", "device_map",
                "template", "drafter_options", "calibration", "auto_budgets", "temperature", "top_p", "top_k",
                "verify", "typical_epsilon", "typical_delta", "seed")
 
@@ -57,6 +58,7 @@ class RunConfig:
     breakdown: bool = True
     device: str = "cpu"
     dtype: str = "float32"
+    device_map: str | None = None  # auto: spread the target over every visible GPU (specbench.placement)
     template: str | None = None
     seed: int = 0
     threads: int | None = None
@@ -105,6 +107,7 @@ class RunConfig:
             raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
         if not model_given and self.model not in NAMED_MODELS and not Path(self.model).expanduser().exists():
             raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, 'default' or 'gemma3')")
+        check_device_map(self.device_map, self.device, distributed=distributed.current_shard() is not None)
         check_device(self.device)
         if self.profile is not None:
             from specbench.profile import load_profile
@@ -168,7 +171,8 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                         "transformers": transformers.__version__, "platform": platform.platform(),
                         "processor": platform.processor(), "cpu_count": os.cpu_count(),
                         "torch_threads": torch.get_num_threads(),
-                        "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None},
+                        "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None,
+                        "placement": placement_summary(target)},
         "profile": run_profile(config, target),
         "budgets": {name: choice.to_json() for name, choice in budgets.items()},  # what each drafter ran at, and why
         "calibration": calibration,
@@ -274,7 +278,7 @@ class Run:
         torch.manual_seed(config.seed)
         if config.threads:
             torch.set_num_threads(config.threads)
-        target = self.target or load_target(config.model, self.device, config.dtype)
+        target = self.target or load_target(config.model, self.device, config.dtype, config.device_map)
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
         shard = self.shard

@@ -22,6 +22,7 @@ import torch
 from specbench import kv
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
+from specbench.placement import check_device_map, placement_plan
 from specbench.tree import DraftTree
 
 DEFAULT_MODEL = "default"
@@ -176,7 +177,7 @@ class TargetModel:
         self.source = source
         self.decoder = model.base_model  # the transformer body: returns normed last hidden states
         self.lm_head = model.get_output_embeddings()
-        self.device = next(model.parameters()).device
+        self.device = model.get_input_embeddings().weight.device  # the primary device when spread over GPUs
         self.dtype = next(model.parameters()).dtype
         self.config = model.config
         self.handle = TargetHandle(
@@ -282,21 +283,26 @@ def check_device(device: str) -> None:
         raise SpecbenchError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) visible")
 
 
-def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> TargetModel:
-    """Load ``spec`` (``default``, a model directory, or a .gguf file) on ``device`` in ``dtype``."""
+def load_target(spec: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32",
+                device_map: str | None = None) -> TargetModel:
+    """Load ``spec`` (``default``, a model directory, or a .gguf file) on ``device`` in ``dtype``; with
+    ``device_map`` (specbench.placement.STRATEGIES) spread over every visible GPU instead (or, with
+    ``device="cpu"``, planned by accelerate onto the host: the same code path, for checking it)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the converted copy loads in well under a second
     if dtype not in DTYPES:
         raise SpecbenchError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    check_device_map(device_map, device)
     check_device(device)
     source = resolve_model(spec)
     folder = converted_copy(source) if source.path.is_file() else source.path
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], attn_implementation="sdpa")
+    placement = {} if device_map is None else {"device_map": placement_plan(folder, device_map, DTYPES[dtype], device=device)}
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype], attn_implementation="sdpa", **placement)
     if not getattr(tokenizer, "chat_template", None) and model.config.model_type in ("gemma3", "gemma3_text"):
         tokenizer.chat_template = GEMMA3_TURNS  # the packaged Gemma-3 GGUF is the base model, without one
         end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")  # a turn ends there, as in Gemma's chat models
         model.generation_config.eos_token_id = sorted({tokenizer.eos_token_id, end_of_turn})
-    return TargetModel(model.to(device), tokenizer, source)
+    return TargetModel(model if device_map else model.to(device), tokenizer, source)
