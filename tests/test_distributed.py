@@ -107,6 +107,19 @@ def test_two_ranks_equal_one_process(launcher, tiny_model_dir, single, tmp_path)
     pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv")[columns], pd.read_csv(single / "summary.csv")[columns])
     assert result.stdout.count("results:") == 1  # only rank 0 prints the summary
 
+    # scripts/compare_runs.py, the check the docs' sharded-vs-single measurement uses, agrees, and catches a change
+    compare = [sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "compare_runs.py")]
+    agreed = subprocess.run([*compare, str(single), str(out)], capture_output=True, text=True)
+    assert agreed.returncode == 0 and "| ngram | 8 / 8 | True | True | True |" in agreed.stdout, agreed.stdout + agreed.stderr
+    answers = out / "answers" / "ngram.jsonl"
+    lines = answers.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["choices"][0]["output_ids"][0][-1] += 1  # one token of one turn differs
+    answers.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    differs = subprocess.run([*compare, str(single), str(out)], capture_output=True, text=True)
+    assert differs.returncode == 1 and "| ngram | 8 / 8 | True | False |" in differs.stdout, differs.stdout
+    assert subprocess.run([*compare, str(single), str(tmp_path / "nowhere")], capture_output=True).returncode == 2
+
 
 def test_a_crashed_rank_keeps_what_finished_and_resume_completes(launcher, tiny_model_dir, single, tmp_path):
     out = tmp_path / "crashed"
