@@ -154,21 +154,32 @@ def _speedup_tau(speedup: float, tau: float) -> str:
 
 
 def paper_table(runs: list[RunResults], summaries: dict[str, pd.DataFrame]) -> Table:
-    """Drafters as rows, runs as columns, overall "speedup / τ" (CTC-drafter Table 1 style)."""
+    """Drafters as rows, runs as columns, overall "speedup / τ" (CTC-drafter Table 1 style). When the
+    drafters did not all run at one tree budget (``auto``, per-drafter budgets, or runs that differ), each
+    cell names its budget: a speedup means little without it."""
     drafters = drafter_order(d for run in runs for d in summaries[run.label]["drafter"])
+    overall = {run.label: summaries[run.label][summaries[run.label]["category"] == OVERALL] for run in runs}
+    budgets = {b for rows in overall.values() for d, b in zip(rows["drafter"], rows["tree_budget"])
+               if d != BASELINE and not math.isnan(b)}
     data_rows, shown = [], []
     for drafter in drafters:
         numbers, cells = {"drafter": drafter}, {"Drafter": drafter}
         for run in runs:
-            table = summaries[run.label]
-            row = table[(table["drafter"] == drafter) & (table["category"] == OVERALL)]
-            speedup, tau = (row["speedup"].iloc[0], row["tau"].iloc[0]) if len(row) else (np.nan, np.nan)
+            row = overall[run.label][overall[run.label]["drafter"] == drafter]
+            speedup, tau, budget = ((row["speedup"].iloc[0], row["tau"].iloc[0], row["tree_budget"].iloc[0])
+                                    if len(row) else (np.nan, np.nan, np.nan))
             numbers[f"{run.label} speedup"], numbers[f"{run.label} tau"] = speedup, tau
+            numbers[f"{run.label} tree_budget"] = budget
             cells[run.label] = _speedup_tau(speedup, tau)
+            if len(budgets) > 1 and drafter != BASELINE and not math.isnan(budget):
+                cells[run.label] += f" (b{int(budget)})"
         data_rows.append(numbers)
         shown.append(cells)
-    note = ("Overall speedup over vanilla / τ (mean tokens per step), all categories and turns; one column per run. "
-            "Sampling and verification: " + "; ".join(f"{run.label}: {run.sampling_label}" for run in runs) + ".")
+    budget_note = (f" Every drafter ran at tree budget {budgets.pop()}." if len(budgets) == 1 else
+                   " (bN): the tree budget (nodes per verify, root included) the drafter ran at." if budgets else "")
+    note = ("Overall speedup over vanilla / τ (mean tokens per step), all categories and turns; one column per run."
+            + budget_note + " Sampling and verification: "
+            + "; ".join(f"{run.label}: {run.sampling_label}" for run in runs) + ".")
     return Table("paper", "Speedup / τ", pd.DataFrame(data_rows), pd.DataFrame(shown), note)
 
 

@@ -278,8 +278,18 @@ def test_paper_table_speedup_over_tau(mt_run, rendered):
     assert header in text
     for drafter in ("ngram", "chain"):
         want = expected(mt_run, drafter, "overall")
-        assert f"| {drafter} | {want['speedup']:.2f}× / {want['tau']:.2f} |" in text
+        assert f"| {drafter} | {want['speedup']:.2f}× / {want['tau']:.2f} (b{BUDGETS[drafter]}) |" in text  # budgets differ
     assert "| vanilla | 1.00× / 1.00 |" in text
+    assert paper["tiny-llama tree_budget"].tolist()[1:] == [BUDGETS[d] for d in DRAFTERS[1:]]
+
+
+def test_paper_table_names_the_budget_once_when_all_drafters_share_it(tmp_path):
+    run = write_mt_run(tmp_path / "run")
+    _rewrite(run / "answers" / "ngram.jsonl", lambda rs: [r.update(tree_budget=16) for r in rs])
+    write_report(build_report(load_runs([run])), tmp_path / "out", ["md"], [], dpi=60)
+    paper = (tmp_path / "out" / "report.md").read_text().split("### Speedup / τ")[1].split("\n\n*")[0]
+    assert "(b" not in paper.split("*")[0]
+    assert "Every drafter ran at tree budget 16." in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_category_paper_table_has_all_categories(rendered, mt_run):
