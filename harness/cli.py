@@ -115,6 +115,12 @@ def _drafter_options(pairs: list[str]) -> dict[str, dict]:
     return options
 
 
+def _add_device_map_option(parser: argparse.ArgumentParser) -> None:
+    """``--device-map``, the same for every command that loads the target (specbench.placement)."""
+    parser.add_argument("--device-map", default=None, choices=STRATEGIES,
+                        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
+
+
 def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     """What `run` and `replay` share: the target, where it runs, the drafters and the questions."""
     parser.add_argument("--model", default="default", help=MODEL_HELP)
@@ -124,8 +130,7 @@ def _add_workload_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="at most N questions from each category")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="token cap per turn")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    parser.add_argument("--device-map", default=None, choices=STRATEGIES,
-        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
+    _add_device_map_option(parser)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
     parser.add_argument("--template", default=None, help="FastChat conversation template for models without a chat template")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -196,8 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     profile = command("profile")
     profile.add_argument("--model", default="default", help=MODEL_HELP)
     profile.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    profile.add_argument("--device-map", default=None, choices=STRATEGIES,
-        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
+    _add_device_map_option(profile)
     profile.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="target dtype")
     profile.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     profile.add_argument("--sizes", type=_csv, default=["1", "2", "3", "4", "6", "8", "12", "16", "24", "32", "48", "64"],
@@ -231,8 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_argument("--seed", type=int, default=0, help="prompt shuffle seed")
     distill.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     distill.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the target's forwards)")
-    distill.add_argument("--device-map", default=None, choices=STRATEGIES,
-        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
+    _add_device_map_option(distill)
     distill.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                          help="the target's dtype while generating (hidden states are stored as float16)")
     distill.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
@@ -272,8 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     train.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     train.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    train.add_argument("--device-map", default=None, choices=STRATEGIES,
-        help="auto: spread the target over every visible GPU with accelerate (give --device cuda)")
+    _add_device_map_option(train)
     train.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                        help="bfloat16: autocast forward with float32 master weights (for GPUs)")
     train.add_argument("--train-vocab", type=int, default=0,

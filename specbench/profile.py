@@ -26,6 +26,7 @@ import torch
 
 from specbench import kv
 from specbench.errors import SpecbenchError
+from specbench.placement import placement_summary
 from specbench.tree import DraftTree
 
 PROFILE_FORMAT = 1
@@ -159,7 +160,7 @@ def profile_key(target, threads: int | None = None) -> dict:
     """What a profile's numbers depend on."""
     device = target.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    spread = len({parameter.device for parameter in target.model.parameters()})  # > 1 under --device-map
+    spread = len(placement_summary(target))  # devices holding parameters: > 1 under --device-map
     return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
             "device": device.type if spread == 1 else f"{device.type}x{spread}", "device_name": name, "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__}
