@@ -81,6 +81,9 @@ class CheckpointDrafter(Drafter):
             self.head_vocabs = [DraftVocab(projection, None, 0) for projection in own] if own is not None else None
             self.recipe, self._loaded_for = recipe, key
             self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+            # the recipe's measured statistics shape the tree (medusa, hydra): re-measured, they change proposals
+            metrics = json.dumps(recipe.get("metrics", {}), sort_keys=True).encode()
+            self._metrics_sha256 = hashlib.sha256(metrics).hexdigest()
             self.loaded(recipe)
         self.start_sequence()
 
@@ -94,8 +97,9 @@ class CheckpointDrafter(Drafter):
         return state, recipe, checkpoint_files(stem)[0]
 
     def identity(self) -> str:
-        """The loaded checkpoint's weights hash (see `Drafter.identity`)."""
-        return getattr(self, "_weights_sha256", "")
+        """The loaded checkpoint's weights hash and its recipe's metrics hash (see `Drafter.identity`)."""
+        weights = getattr(self, "_weights_sha256", "")
+        return f"{weights}:metrics:{self._metrics_sha256[:16]}" if weights else ""
 
     def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:
         """The ``draft_vocab`` cut of ``target``'s lm_head by the checkpoint's token ranking."""

@@ -51,6 +51,10 @@ def own_lm_heads(hidden: int, num_heads: int, vocab: int, bias: bool) -> nn.Modu
     return nn.ModuleList(nn.Linear(hidden, vocab, bias=bias) for _ in range(num_heads)) if vocab else None
 
 
+#: candidates per depth a head drafter's tree may use (the ``max_rank`` option's default)
+DEFAULT_MAX_RANK = 8
+
+
 class HeadDrafter(CheckpointDrafter):
     """Shared plumbing of head drafters with a static tree: built from the checkpoint's measured accuracies,
     or taken from rank paths (the ``choices`` option; the published default tree for published heads)."""
@@ -59,7 +63,7 @@ class HeadDrafter(CheckpointDrafter):
     #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers
     module_options: tuple[str, ...] = ("own_vocab", "own_bias")
 
-    def __init__(self, checkpoint: str | None = None, max_rank: int = 8, draft_vocab: int | None = None,
+    def __init__(self, checkpoint: str | None = None, max_rank: int = DEFAULT_MAX_RANK, draft_vocab: int | None = None,
                  choices: str | None = None) -> None:
         super().__init__(checkpoint, draft_vocab)
         self.max_rank = max_rank

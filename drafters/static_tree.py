@@ -6,6 +6,10 @@ the r2-th best at depth 2, and so on. The shape is chosen greedily from measured
 the product of its path's accuracies (its probability of being accepted, assuming independence). Nodes
 are taken best first until the budget is used, so every node's parent is taken before it and node
 indices are already in the DraftTree order.
+
+The independence assumption does not hold (an easy position is easy at every depth), yet trees built
+from the measured joint rank paths, or grown node by node to maximise `decode_walk_tau`, accepted no
+more on held-out prompts or on MT-bench (docs/performance.md, "Is the tree shape the lever?").
 """
 
 from __future__ import annotations
@@ -113,6 +117,30 @@ class StaticTree:
         tree._parents_list = list(self.parents)
         tree._depths = list(self.depths)
         return tree
+
+
+def decode_walk_tau(paths: Sequence[Sequence[int]], rank_sequences: Sequence[Sequence[Sequence[int]]]) -> float:
+    """Tokens per step of a static tree of rank ``paths`` decoding measured sequences, as the loop would.
+
+    rank_sequences: per sample, for each position t, the rank of the true token at depths 1..D of a
+    draft rooted there (candidates at depth d taken given the true tokens above, as hydra's are; medusa's
+    ignore them), -1 where it is not a candidate or the sample has ended; one position per token after
+    the first (a step at the last token's position would have nothing to emit). A step at t accepts the
+    deepest node whose rank path begins the position's ranks, plus the bonus token, and the next step
+    starts after them. Unlike the mean over all positions, this weights positions as decoding visits them: hard
+    stretches get a step per token, easy ones are skipped, so it is lower (and it is what a greedy replay
+    of these sequences measures)."""
+    nodes = {tuple(p) for p in paths}
+    tokens = steps = 0
+    for sequence in rank_sequences:
+        position = 0
+        while position < len(sequence):
+            ranks, depth = sequence[position], 0
+            while depth < len(ranks) and ranks[depth] >= 0 and tuple(ranks[: depth + 1]) in nodes:
+                depth += 1
+            emitted = min(depth + 1, len(sequence) - position)  # the answer ends: no bonus past its last token
+            tokens, steps, position = tokens + emitted, steps + 1, position + emitted
+    return tokens / max(steps, 1)
 
 
 TREES = Path(__file__).resolve().parent / "trees"

@@ -1,7 +1,11 @@
 """One row per training recipe (``*.json`` next to a checkpoint) in the given folders: data size, epochs,
 time, held-out top-1 per head or slot, and the offline tau at a tree budget (heads: the static tree's
 expected acceptance from the held-out per-rank accuracies; ctc: the held-out walk of the CTC transform's
-tree; eagle: its greedy chain's held-out accuracy by depth and expected length). Used for the learning-curve and recipe-choice tables in docs/training.md.
+tree; eagle: its greedy chain's held-out accuracy by depth and expected length), and for medusa/hydra
+recipes that record it, the decode-walk tau (tokens per step of the drafter's tree decoding the held-out
+responses, positions weighted as decoding visits them: what a replay measures; see
+`static_tree.decode_walk_tau`). Offline tau averages over positions (ctc) or assumes independent depths
+(heads), and both run above the walk. Used for the learning-curve and recipe-choice tables in docs/training.md.
 
     python scripts/recipe_table.py runs/gpu/ckpt [--budget 16]
 """
@@ -33,9 +37,10 @@ def row(path: Path, budget: int) -> str:
     top1 = metrics.get("heldout_chain") or metrics.get("heldout_top1")  # eagle: chain accuracy by depth
     quality = (" / ".join(f"{a:.3f}" for a in top1) if isinstance(top1, list) else f"loss {metrics['heldout_loss']:.3f}")
     tau = offline_tau(recipe, budget)
+    walk = metrics.get("heldout_walk_tau", {}).get(str(budget))
     seconds = recipe.get("training_seconds", 0.0)
     return (f"| {path.stem} | {recipe['method']} | {size:,} {unit} | {hyper['epochs']} | {seconds:,.0f} s | "
-            f"{quality} | {tau:.3f} |")
+            f"{quality} | {tau:.3f} | {'-' if walk is None else f'{walk:.3f}'} |")
 
 
 def main() -> None:
@@ -43,8 +48,9 @@ def main() -> None:
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--budget", type=int, default=16)
     args = parser.parse_args()
-    print(f"| recipe | method | training data | epochs | time | held-out top-1 per head (or loss) | offline tau @{args.budget} |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| recipe | method | training data | epochs | time | held-out top-1 per head (or loss) | offline tau @{args.budget} "
+          f"| decode-walk tau @{args.budget} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for folder in args.folders:
         for path in sorted(folder.glob("*.json")):
             if "hyperparameters" in json.loads(path.read_text()):  # recipes only (not manifests)

@@ -12,10 +12,13 @@ import torch
 from conftest import build_tiny_model, distil_random_prompts, make_target, plain_greedy
 from specbench.drafters.hydra import HydraDrafter
 from specbench.drafters.medusa import MedusaDrafter
-from specbench.drafters.static_tree import StaticTree
-from specbench.drafters.training.heads import HeadTrainConfig, position_dataset, train_heads
+from specbench.drafters.static_tree import StaticTree, decode_walk_tau
+from specbench.drafters.training.heads import (HeadTrainConfig, position_dataset, remeasure, split_samples,
+                                               train_heads, true_ranks)
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
+from specbench.drafters.training.distill import iter_samples
+from specbench.replay import Trajectory, TrajectoryTarget
 
 DRAFTERS = {"medusa": MedusaDrafter, "hydra": HydraDrafter}
 
@@ -34,6 +37,23 @@ def test_static_tree_from_accuracies_is_greedy_and_valid():
     draft = tree.draft_tree(7, torch.tensor([1, 2, 3, 4, 5]))
     draft.validate(7, 6)
     assert draft.depths() == tree.depths
+
+
+def test_decode_walk_tau_steps_over_what_each_position_accepts():
+    tree = [(), (0,), (0, 0), (1,)]
+    # sample 1: position 0 accepts (0, 0) + bonus -> 3; position 3 accepts (1,) + bonus, the answer's end
+    # sample 2: a miss at depth 1 gives the bonus alone; the last position's chain is cut by the answer's end
+    sequences = [[[0, 0, 1], [9, 9, 9], [9, 9, 9], [1, 0, -1], [0, -1, -1]], [[-1, 0, 0], [0, 0, 0]]]
+    assert decode_walk_tau(tree, sequences) == pytest.approx((3 + 2 + 1 + 1) / 4)
+    assert decode_walk_tau([()], sequences) == 1.0  # root only: one token per step
+
+
+def test_decode_walk_tau_is_a_step_mean_not_a_position_mean():
+    """Easy stretches are skipped over, so the walk weights hard positions more than the position mean."""
+    chain = [(), (0,), (0, 0), (0, 0, 0)]
+    easy, hard = [0, 0, 0], [-1, -1, -1]
+    sequence = [easy] * 8 + [hard] * 8  # position mean 2.5 tokens; the walk: 2 steps of 4, 8 steps of 1
+    assert decode_walk_tau(chain, [sequence]) == pytest.approx(16 / 10)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +90,27 @@ def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_p
             assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
             assert max(step.nodes for step in result.steps) <= budget
     assert drafter.num_parameters() == saved["parameters"]
+
+    # the recorded decode-walk tau is what a greedy replay of the held-out responses accepts
+    walk = saved["metrics"]["heldout_walk_tau"]
+    assert set(walk) == {"2", "4", "8", "16", "32"} and all(1.0 <= walk[b] <= 1 + int(b) for b in walk)
+    held = list(iter_samples(cache, "heldout"))
+    replayed = [s.accepted for sample in held for s in generate(
+        TrajectoryTarget(llama_target, Trajectory(sample.input_ids[: sample.prompt_len],
+                                                  sample.input_ids[sample.prompt_len:], sample.hidden.float())),
+        drafter, sample.input_ids[: sample.prompt_len].tolist(), len(sample.input_ids) - sample.prompt_len, 8).steps]
+    assert sum(replayed) / len(replayed) == pytest.approx(walk["8"])
+    # re-measuring adds only what a recipe lacks, and says so
+    del saved["metrics"]["heldout_walk_tau"]
+    (tmp_path / f"{method}.json").write_text(json.dumps(saved))
+    before = DRAFTERS[method](checkpoint=str(tmp_path / method))
+    before.reset(llama_target.handle)
+    assert remeasure(tmp_path / method, cache, llama_target) == recipe["metrics"]
+    again = json.loads((tmp_path / f"{method}.json").read_text())
+    assert again["metrics"] == recipe["metrics"] and again["metrics_remeasured"]["added"] == ["heldout_walk_tau"]
+    after = DRAFTERS[method](checkpoint=str(tmp_path / method))
+    after.reset(llama_target.handle)
+    assert after.identity() != before.identity()  # the recipe's metrics build the tree, so they are identity
 
     # a draft vocabulary cut to the most frequent tokens stays lossless; the whole vocabulary drafts as before
     for size in (5, 40):

@@ -20,7 +20,8 @@ from torch import nn
 
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.hydra import HydraHeads
-from specbench.drafters.medusa import MedusaHeads
+from specbench.drafters.medusa import DEFAULT_MAX_RANK, MedusaHeads
+from specbench.drafters.static_tree import StaticTree, decode_walk_tau
 from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
                                                 training_vocabularies, warmup_cosine, write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
@@ -119,13 +120,17 @@ def teacher_loss(logits: torch.Tensor, labels: torch.Tensor, hidden: torch.Tenso
     return torch.stack(losses)
 
 
-def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor,
-             max_rank: int, batch_size: int, vocab: DraftVocab | None = None) -> dict:
-    """Held-out top-1 / top-k accuracy per head, and P(rank r is the target's token) per head and rank,
-    scoring over ``vocab`` as inference will (a label outside it counts as a miss)."""
+#: budgets whose held-out decode-walk tau a recipe records (`static_tree.decode_walk_tau`)
+WALK_BUDGETS = (2, 4, 8, 16, 32)
+
+
+def true_ranks(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor, max_rank: int,
+               batch_size: int, vocab: DraftVocab | None = None) -> torch.Tensor:
+    """LongTensor[N, K]: at each position, the rank of the target's token among head k's top ``max_rank``
+    candidates (teacher-forced, as a draft on the true path sees them), -1 if absent or past the sample's end;
+    scored over ``vocab`` as inference will (a label outside it is absent)."""
     k = len(module.heads)
-    hits = torch.zeros(k, max_rank)
-    totals = torch.zeros(k)
+    rows = []
     module.eval()
     with torch.no_grad():
         for start in range(0, len(hidden), batch_size):
@@ -134,15 +139,40 @@ def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windo
             top = head_logits(module, target, h, w, vocab).topk(max_rank, dim=-1).indices  # [K, B, R]
             top = vocab.token_ids(top) if vocab is not None else top
             labels = w[:, 1 : k + 1].T  # [K, B]
-            valid = labels != IGNORE
-            hits += ((top == labels[..., None]) & valid[..., None]).sum(dim=1).float().cpu()
-            totals += valid.sum(dim=1).float().cpu()
-    per_rank = (hits / totals[:, None].clamp(min=1)).tolist()  # [K, R]
+            match = (top == labels[..., None]) & (labels != IGNORE)[..., None]  # [K, B, R]
+            rows.append(torch.where(match.any(-1), match.float().argmax(-1), -1).T.cpu())  # [B, K]
+    return torch.cat(rows)
+
+
+def split_samples(ranks: torch.Tensor, windows: torch.Tensor) -> list[list[list[int]]]:
+    """Per-sample rank sequences of the positions a decode takes a step at. A sample's last position (the
+    one with nothing after its root) ends its rows, and no step is taken there: its root is the last token."""
+    ends = (windows[:, 1] == IGNORE).nonzero().flatten().tolist()
+    starts = [0] + [end + 1 for end in ends[:-1]]
+    return [ranks[start:end].tolist() for start, end in zip(starts, ends)]
+
+
+def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor,
+             max_rank: int, batch_size: int, vocab: DraftVocab | None = None,
+             tree_accuracy: list[list[float]] | None = None) -> dict:
+    """Held-out top-1 / top-k accuracy per head, P(rank r is the target's token) per head and rank, and
+    the decode-walk tau of the drafter's tree at a few budgets (what a greedy replay of the held-out
+    responses would measure), scoring over ``vocab`` as inference will. The tree is built from
+    ``tree_accuracy`` (a recipe's recorded accuracies), by default from the accuracies measured here."""
+    ranks = true_ranks(module, target, hidden, windows, max_rank, batch_size, vocab)  # [N, K]
+    valid = windows[:, 1 : ranks.shape[1] + 1].T.cpu() != IGNORE  # [K, N]
+    totals = valid.sum(dim=1).clamp(min=1).float()  # [K]
+    per_rank = [[float((ranks[:, k] == r).sum()) / float(totals[k]) for r in range(max_rank)]
+                for k in range(ranks.shape[1])]  # [K, R]
+    sequences = split_samples(ranks, windows)
+    tree_accuracy = [row[:DEFAULT_MAX_RANK] for row in (tree_accuracy or per_rank)]  # as the drafters cut them
+    walk = {str(b): decode_walk_tau(StaticTree.from_accuracies(tree_accuracy, b).paths, sequences) for b in WALK_BUDGETS}
     return {
-        "heldout_positions": int(totals[0]),
+        "heldout_positions": int(valid[0].sum()),
         "heldout_top1": [row[0] for row in per_rank],
         "heldout_top5": [sum(row[:5]) for row in per_rank],
         "heldout_topk_accuracy": per_rank,
+        "heldout_walk_tau": walk,
     }
 
 
@@ -284,3 +314,40 @@ def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torc
                 features.append(prefix_features(module, sample))
                 windows.append(sample_windows(sample, lookahead))
     return torch.cat(features), torch.cat(windows)
+
+
+def remeasure(stem: Path, cache: Path, target: TargetModel, batch_size: int = 256) -> dict:
+    """Score a trained head checkpoint again on ``cache``'s held-out split and add the held-out metrics its
+    recipe lacks (for checkpoints recorded before a metric existed); the weights and the metrics it has
+    stay as they are, since its trees are built from them. Scored over the draft vocabulary inference uses
+    by default (the checkpoint's own token ranking). The recipe says where and when, and keeps the
+    re-measured top-1 beside the recorded one as a check. Returns the re-measured metrics."""
+    import json
+    from datetime import date
+
+    from specbench.checkpoint import checkpoint_files, load_checkpoint
+    from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY
+
+    state, recipe = load_checkpoint(stem, target.handle)
+    if recipe.get("method") not in MODULES:
+        raise SpecbenchError(f"{stem}: a {recipe.get('method')} checkpoint, not a head drafter ({', '.join(MODULES)})")
+    ranking = state.pop(RANKING_KEY, None)
+    if ranking is None:
+        raise SpecbenchError(f"{stem}: no token ranking stored, so the draft vocabulary is unknown")
+    checked_manifest(cache, target)
+    config = recipe["hyperparameters"]
+    options = {"prefix_heads": config["prefix_heads"]} if config.get("prefix_heads") else {}
+    module = MODULES[recipe["method"]](target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
+    module.load_state_dict(state)
+    module = module.to(target.device, torch.float32).eval()
+    vocab = DraftVocab(target.lm_head, ranking, recipe["metrics"].get("heldout_vocab", DEFAULT_DRAFT_VOCAB))
+    held_hidden, held_windows = heldout_inputs(module, cache, config["num_heads"])
+    metrics = evaluate(module, target, held_hidden, held_windows, config["max_rank"], batch_size, vocab,
+                       recipe["metrics"].get("heldout_topk_accuracy"))
+    metrics["heldout_vocab"] = vocab.size
+    added = sorted(set(metrics) - set(recipe["metrics"]))
+    recipe["metrics"] |= {key: metrics[key] for key in added}
+    recipe["metrics_remeasured"] = {"date": date.today().isoformat(), "cache": str(cache), "device": str(target.device),
+                                    "added": added, "heldout_top1": metrics["heldout_top1"]}
+    checkpoint_files(stem)[1].write_text(json.dumps(recipe, indent=2, default=str) + "\n", encoding="utf-8")
+    return metrics
