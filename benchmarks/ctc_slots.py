@@ -6,6 +6,7 @@ tree for every held-out anchor, walked along the target's true continuation (the
 verification would give), per tree budget.
 
     python benchmarks/ctc_slots.py --pairs 8:4,6:3,12:6 --max-train-samples 200 --out runs/ctc-slots
+    python benchmarks/ctc_slots.py --pairs 5:3 --max-train-samples 1571 --epochs 4 --train-vocab 8192 --cache DIR --out DIR2
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main() -> int:
     parser.add_argument("--anchors-per-sample", type=int, default=32)
     parser.add_argument("--samples-per-step", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
+    parser.add_argument("--train-vocab", type=int, default=0, help="train over the N most frequent tokens (0: all)")
     parser.add_argument("--out", required=True, help="folder for the checkpoints")
     args = parser.parse_args()
     rows = []
@@ -37,7 +40,8 @@ def main() -> int:
                             "--num-slots", str(slots), "--num-labels", str(labels), "--epochs", str(args.epochs),
                             "--max-train-samples", str(args.max_train_samples), "--anchors-per-sample",
                             str(args.anchors_per_sample), "--samples-per-step", str(args.samples_per_step),
-                            "--threads", str(args.threads), "--no-progress", "--out", str(stem)], check=True)
+                            "--threads", str(args.threads), "--train-vocab", str(args.train_vocab), "--no-progress",
+                            "--out", str(stem)] + (["--cache", args.cache] if args.cache else []), check=True)
         recipe = json.loads(stem.with_name(stem.name + ".json").read_text())
         rows.append((slots, labels, recipe))
     budgets = list(rows[0][2]["metrics"]["heldout_tau_by_budget"])

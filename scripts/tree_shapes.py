@@ -6,7 +6,8 @@
 - ``walk-greedy``: grown one node at a time to maximise `static_tree.decode_walk_tau` (positions weighted
   as decoding visits them) on one half of the held-out samples.
 
-Each is scored by decode-walk tau on both halves of the held-out samples (the fitted half and the other),
+Each is scored by decode-walk tau on both halves of the held-out samples (the fitted half and the other)
+and on all of them, beside the mean over positions,
 and with ``--bench`` replayed on that benchmark's recorded greedy trajectories (`specbench.replay`), the
 tree passed as rank paths (the drafters' ``choices`` option), so the tau equals a timed run's.
 
@@ -23,11 +24,9 @@ from pathlib import Path
 
 import torch
 
-from specbench.checkpoint import load_checkpoint
-from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.drafters.medusa import DEFAULT_MAX_RANK
 from specbench.drafters.static_tree import StaticTree, decode_walk_tau
-from specbench.drafters.training.heads import MODULES, heldout_inputs, split_samples, true_ranks
+from specbench.drafters.training.heads import heldout_inputs, load_trained_heads, split_samples, true_ranks
 from specbench.errors import SpecbenchError
 from specbench.model import load_target
 
@@ -44,6 +43,19 @@ def most_frequent_paths(sequences: list[list[list[int]]]) -> list[tuple[int, ...
                 path += (rank,)
                 counts[path] = counts.get(path, 0) + 1
     return [p for p, _ in sorted(counts.items(), key=lambda item: (-item[1], len(item[0]), item[0]))]
+
+
+def position_mean(paths, sequences: list[list[list[int]]]) -> float:
+    """What the tree accepts (drafts + bonus) averaged over every position, as if each were a step: the
+    usual offline estimate, which decoding does not see (it skips the positions inside accepted runs)."""
+    nodes, total, count = set(paths), 0, 0
+    for sequence in sequences:
+        for position, ranks in enumerate(sequence):
+            depth = 0
+            while depth < len(ranks) and ranks[depth] >= 0 and tuple(ranks[: depth + 1]) in nodes:
+                depth += 1
+            total, count = total + min(depth + 1, len(sequence) - position), count + 1
+    return total / max(count, 1)
 
 
 def walk_greedy(sequences: list[list[list[int]]], size: int) -> list[tuple[int, ...]]:
@@ -76,15 +88,8 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     try:
         target = load_target(args.model, "cpu", "float32")
-        state, recipe = load_checkpoint(Path(args.checkpoint), target.handle)
+        module, recipe, vocab = load_trained_heads(Path(args.checkpoint), target)
         method, config = recipe["method"], recipe["hyperparameters"]
-        if method not in MODULES:
-            raise SpecbenchError(f"{args.checkpoint}: a {method} checkpoint, not medusa or hydra")
-        ranking = state.pop(RANKING_KEY)
-        options = {"prefix_heads": config["prefix_heads"]} if config.get("prefix_heads") else {}
-        module = MODULES[method](target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
-        module.load_state_dict(state)
-        vocab = DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
         hidden, windows = heldout_inputs(module, Path(args.cache), config["num_heads"])
         sequences = split_samples(true_ranks(module, target, hidden.float(), windows, DEFAULT_MAX_RANK, 512, vocab), windows)
         fit, check = sequences[::2], sequences[1::2]
@@ -98,7 +103,9 @@ def main() -> None:
             for budget in budgets:
                 nodes = StaticTree.from_accuracies(accuracy, budget).paths if name == "accuracies" else [()] + paths[: budget - 1]
                 rows.append({"tree": name, "budget": budget, "walk_tau_fit": decode_walk_tau(nodes, fit),
-                             "walk_tau_check": decode_walk_tau(nodes, check)})
+                             "walk_tau_check": decode_walk_tau(nodes, check),
+                             "walk_tau_all": decode_walk_tau(nodes, sequences),
+                             "position_mean_all": position_mean(nodes, sequences)})
         if args.bench:
             rows = replay_on_bench(args, target, method, trees, budgets, rows)
         for row in rows:

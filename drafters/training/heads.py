@@ -316,6 +316,26 @@ def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torc
     return torch.cat(features), torch.cat(windows)
 
 
+def load_trained_heads(stem: Path, target: TargetModel) -> tuple[nn.Module, dict, DraftVocab]:
+    """(module in float32 on the target's device, recipe, the draft vocabulary its metrics are scored over)
+    of a medusa/hydra checkpoint trained by specbench (its stored token ranking gives the vocabulary)."""
+    from specbench.checkpoint import load_checkpoint
+    from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY
+
+    state, recipe = load_checkpoint(stem, target.handle)
+    if recipe.get("method") not in MODULES:
+        raise SpecbenchError(f"{stem}: a {recipe.get('method')} checkpoint, not a head drafter ({', '.join(MODULES)})")
+    ranking = state.pop(RANKING_KEY, None)
+    if ranking is None:
+        raise SpecbenchError(f"{stem}: no token ranking stored, so the draft vocabulary is unknown")
+    config = recipe["hyperparameters"]
+    options = {"prefix_heads": config["prefix_heads"]} if config.get("prefix_heads") else {}
+    module = MODULES[recipe["method"]](target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
+    module.load_state_dict(state)
+    vocab = DraftVocab(target.lm_head, ranking, recipe["metrics"].get("heldout_vocab", DEFAULT_DRAFT_VOCAB))
+    return module.to(target.device, torch.float32).eval(), recipe, vocab
+
+
 def remeasure(stem: Path, cache: Path, target: TargetModel, batch_size: int = 256) -> dict:
     """Score a trained head checkpoint again on ``cache``'s held-out split and add the held-out metrics its
     recipe lacks (for checkpoints recorded before a metric existed); the weights and the metrics it has
@@ -325,22 +345,11 @@ def remeasure(stem: Path, cache: Path, target: TargetModel, batch_size: int = 25
     import json
     from datetime import date
 
-    from specbench.checkpoint import checkpoint_files, load_checkpoint
-    from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY
+    from specbench.checkpoint import checkpoint_files
 
-    state, recipe = load_checkpoint(stem, target.handle)
-    if recipe.get("method") not in MODULES:
-        raise SpecbenchError(f"{stem}: a {recipe.get('method')} checkpoint, not a head drafter ({', '.join(MODULES)})")
-    ranking = state.pop(RANKING_KEY, None)
-    if ranking is None:
-        raise SpecbenchError(f"{stem}: no token ranking stored, so the draft vocabulary is unknown")
+    module, recipe, vocab = load_trained_heads(stem, target)
     checked_manifest(cache, target)
     config = recipe["hyperparameters"]
-    options = {"prefix_heads": config["prefix_heads"]} if config.get("prefix_heads") else {}
-    module = MODULES[recipe["method"]](target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
-    module.load_state_dict(state)
-    module = module.to(target.device, torch.float32).eval()
-    vocab = DraftVocab(target.lm_head, ranking, recipe["metrics"].get("heldout_vocab", DEFAULT_DRAFT_VOCAB))
     held_hidden, held_windows = heldout_inputs(module, cache, config["num_heads"])
     metrics = evaluate(module, target, held_hidden, held_windows, config["max_rank"], batch_size, vocab,
                        recipe["metrics"].get("heldout_topk_accuracy"))
