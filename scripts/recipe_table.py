@@ -25,7 +25,9 @@ def offline_tau(recipe: dict, budget: int) -> float | None:
         return metrics["heldout_chain_tau"]
     if "heldout_tau_by_budget" in metrics:
         return metrics["heldout_tau_by_budget"].get(str(budget))
-    accuracy = metrics["heldout_topk_accuracy"]
+    accuracy = metrics.get("heldout_topk_accuracy")
+    if accuracy is None:  # a recipe without any acceptance estimate
+        return None
     return StaticTree.from_accuracies(accuracy, budget).expected_accepted(accuracy)
 
 
@@ -35,12 +37,17 @@ def row(path: Path, budget: int) -> str:
     size = data.get("train_positions") or data.get("train_samples")
     unit = "positions" if "train_positions" in data else "samples"
     top1 = metrics.get("heldout_chain") or metrics.get("heldout_top1")  # eagle: chain accuracy by depth
-    quality = (" / ".join(f"{a:.3f}" for a in top1) if isinstance(top1, list) else f"loss {metrics['heldout_loss']:.3f}")
+    if isinstance(top1, list):
+        quality = " / ".join(f"{a:.3f}" for a in top1)
+    elif top1 is not None:  # an early eagle recipe: first-token top-1 only
+        quality = f"top-1 {top1:.3f}"
+    else:
+        quality = f"loss {metrics['heldout_loss']:.3f}"
     tau = offline_tau(recipe, budget)
     walk = metrics.get("heldout_walk_tau", {}).get(str(budget))
     seconds = recipe.get("training_seconds", 0.0)
     return (f"| {path.stem} | {recipe['method']} | {size:,} {unit} | {hyper['epochs']} | {seconds:,.0f} s | "
-            f"{quality} | {tau:.3f} | {'-' if walk is None else f'{walk:.3f}'} |")
+            f"{quality} | {'-' if tau is None else f'{tau:.3f}'} | {'-' if walk is None else f'{walk:.3f}'} |")
 
 
 def main() -> None:
