@@ -127,9 +127,9 @@ def decode_walk_tau(paths: Sequence[Sequence[int]], rank_sequences: Sequence[Seq
     ignore them), -1 where it is not a candidate or the sample has ended; one position per token after
     the first (a step at the last token's position would have nothing to emit). A step at t accepts the
     deepest node whose rank path begins the position's ranks, plus the bonus token, and the next step
-    starts after them. Unlike the mean over all positions, this weights positions as decoding visits them: hard
-    stretches get a step per token, easy ones are skipped, so it is lower (and it is what a greedy replay
-    of these sequences measures)."""
+    starts after them. Unlike the mean over all positions, this weights positions as decoding visits
+    them: hard stretches get a step per token, easy ones are skipped, so it is lower (and it is what a
+    greedy replay of these sequences measures)."""
     nodes = {tuple(p) for p in paths}
     tokens = steps = 0
     for sequence in rank_sequences:

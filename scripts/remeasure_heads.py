@@ -34,7 +34,8 @@ def main() -> None:
             recipe = json.loads(Path(stem + ".json").read_text(encoding="utf-8"))
             print(json.dumps({"checkpoint": Path(stem).name, "heldout_positions": metrics["heldout_positions"],
                               "top1_recorded": recipe["metrics"]["heldout_top1"],
-                              "top1_now": metrics["heldout_top1"], "added": recipe["metrics_remeasured"]["added"], "walk_tau": metrics["heldout_walk_tau"]}))
+                              "top1_now": metrics["heldout_top1"], "added": recipe["metrics_remeasured"]["added"],
+                              "walk_tau": metrics["heldout_walk_tau"]}))
     except SpecbenchError as error:
         print(f"remeasure_heads: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -91,7 +91,8 @@ def main() -> None:
         module, recipe, vocab = load_trained_heads(Path(args.checkpoint), target)
         method, config = recipe["method"], recipe["hyperparameters"]
         hidden, windows = heldout_inputs(module, Path(args.cache), config["num_heads"])
-        sequences = split_samples(true_ranks(module, target, hidden.float(), windows, DEFAULT_MAX_RANK, 512, vocab), windows)
+        ranks = true_ranks(module, target, hidden.float(), windows, DEFAULT_MAX_RANK, 512, vocab)  # [N, K]
+        sequences = split_samples(ranks, windows)
         fit, check = sequences[::2], sequences[1::2]
         accuracy = [r[:DEFAULT_MAX_RANK] for r in recipe["metrics"]["heldout_topk_accuracy"]]
         largest = max(budgets)
@@ -101,7 +102,10 @@ def main() -> None:
         rows = []
         for name, paths in trees.items():
             for budget in budgets:
-                nodes = StaticTree.from_accuracies(accuracy, budget).paths if name == "accuracies" else [()] + paths[: budget - 1]
+                if name == "accuracies":
+                    nodes = StaticTree.from_accuracies(accuracy, budget).paths
+                else:
+                    nodes = [()] + paths[: budget - 1]
                 rows.append({"tree": name, "budget": budget, "walk_tau_fit": decode_walk_tau(nodes, fit),
                              "walk_tau_check": decode_walk_tau(nodes, check),
                              "walk_tau_all": decode_walk_tau(nodes, sequences),

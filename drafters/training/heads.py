@@ -166,7 +166,8 @@ def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windo
                 for k in range(ranks.shape[1])]  # [K, R]
     sequences = split_samples(ranks, windows)
     tree_accuracy = [row[:DEFAULT_MAX_RANK] for row in (tree_accuracy or per_rank)]  # as the drafters cut them
-    walk = {str(b): decode_walk_tau(StaticTree.from_accuracies(tree_accuracy, b).paths, sequences) for b in WALK_BUDGETS}
+    walk = {str(b): decode_walk_tau(StaticTree.from_accuracies(tree_accuracy, b).paths, sequences)
+            for b in WALK_BUDGETS}
     return {
         "heldout_positions": int(valid[0].sum()),
         "heldout_top1": [row[0] for row in per_rank],
