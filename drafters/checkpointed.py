@@ -81,9 +81,6 @@ class CheckpointDrafter(Drafter):
             self.head_vocabs = [DraftVocab(projection, None, 0) for projection in own] if own is not None else None
             self.recipe, self._loaded_for = recipe, key
             self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
-            # the recipe's measured statistics shape the tree (medusa, hydra): re-measured, they change proposals
-            metrics = json.dumps(recipe.get("metrics", {}), sort_keys=True).encode()
-            self._metrics_sha256 = hashlib.sha256(metrics).hexdigest()
             self.loaded(recipe)
         self.start_sequence()
 
@@ -99,7 +96,11 @@ class CheckpointDrafter(Drafter):
     def identity(self) -> str:
         """The loaded checkpoint's weights hash and its recipe's metrics hash (see `Drafter.identity`)."""
         weights = getattr(self, "_weights_sha256", "")
-        return f"{weights}:metrics:{self._metrics_sha256[:16]}" if weights else ""
+        if not weights:
+            return ""
+        # the recipe's measured statistics shape the tree (medusa, hydra): re-measured, they change proposals
+        metrics = hashlib.sha256(json.dumps(self.recipe.get("metrics", {}), sort_keys=True).encode()).hexdigest()
+        return f"{weights}:metrics:{metrics[:16]}"
 
     def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:
         """The ``draft_vocab`` cut of ``target``'s lm_head by the checkpoint's token ranking."""

@@ -119,6 +119,15 @@ class StaticTree:
         return tree
 
 
+def matched_depth(ranks: Sequence[int], nodes: set[tuple[int, ...]]) -> int:
+    """Depth of the deepest node in ``nodes`` whose rank path begins ``ranks`` (a position's true ranks by
+    depth, -1 = not a candidate): the drafts greedy verification accepts there."""
+    depth = 0
+    while depth < len(ranks) and ranks[depth] >= 0 and tuple(ranks[: depth + 1]) in nodes:
+        depth += 1
+    return depth
+
+
 def decode_walk_tau(paths: Sequence[Sequence[int]], rank_sequences: Sequence[Sequence[Sequence[int]]]) -> float:
     """Tokens per step of a static tree of rank ``paths`` decoding measured sequences, as the loop would.
 
@@ -135,10 +144,7 @@ def decode_walk_tau(paths: Sequence[Sequence[int]], rank_sequences: Sequence[Seq
     for sequence in rank_sequences:
         position = 0
         while position < len(sequence):
-            ranks, depth = sequence[position], 0
-            while depth < len(ranks) and ranks[depth] >= 0 and tuple(ranks[: depth + 1]) in nodes:
-                depth += 1
-            emitted = min(depth + 1, len(sequence) - position)  # the answer ends: no bonus past its last token
+            emitted = min(matched_depth(sequence[position], nodes) + 1, len(sequence) - position)  # the answer ends: no bonus past its last token
             tokens, steps, position = tokens + emitted, steps + 1, position + emitted
     return tokens / max(steps, 1)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from specbench.drafters.medusa import DEFAULT_MAX_RANK
-from specbench.drafters.static_tree import StaticTree, decode_walk_tau
+from specbench.drafters.static_tree import StaticTree, decode_walk_tau, matched_depth
 from specbench.drafters.training.heads import heldout_inputs, load_trained_heads, split_samples, true_ranks
 from specbench.errors import SpecbenchError
 from specbench.model import load_target
@@ -51,10 +51,7 @@ def position_mean(paths, sequences: list[list[list[int]]]) -> float:
     nodes, total, count = set(paths), 0, 0
     for sequence in sequences:
         for position, ranks in enumerate(sequence):
-            depth = 0
-            while depth < len(ranks) and ranks[depth] >= 0 and tuple(ranks[: depth + 1]) in nodes:
-                depth += 1
-            total, count = total + min(depth + 1, len(sequence) - position), count + 1
+            total, count = total + min(matched_depth(ranks, nodes) + 1, len(sequence) - position), count + 1
     return total / max(count, 1)
 
 
@@ -88,7 +85,8 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     try:
         target = load_target(args.model, "cpu", "float32")
-        module, recipe, vocab = load_trained_heads(Path(args.checkpoint), target)
+        drafter = load_trained_heads(Path(args.checkpoint), target)
+        module, recipe, vocab = drafter.module, drafter.recipe, drafter.vocab
         method, config = recipe["method"], recipe["hyperparameters"]
         hidden, windows = heldout_inputs(module, Path(args.cache), config["num_heads"])
         ranks = true_ranks(module, target, hidden.float(), windows, DEFAULT_MAX_RANK, 512, vocab)  # [N, K]
@@ -96,16 +94,14 @@ def main() -> None:
         fit, check = sequences[::2], sequences[1::2]
         accuracy = [r[:DEFAULT_MAX_RANK] for r in recipe["metrics"]["heldout_topk_accuracy"]]
         largest = max(budgets)
+        # every construction's paths are best first, so a budget's tree is the first budget - 1 of them
         trees = {"accuracies": list(StaticTree.from_accuracies(accuracy, largest).paths[1:]),
                  "rank-paths": most_frequent_paths(fit)[: largest - 1],
                  "walk-greedy": walk_greedy(fit, largest)}
         rows = []
         for name, paths in trees.items():
             for budget in budgets:
-                if name == "accuracies":
-                    nodes = StaticTree.from_accuracies(accuracy, budget).paths
-                else:
-                    nodes = [()] + paths[: budget - 1]
+                nodes = [()] + paths[: budget - 1]
                 rows.append({"tree": name, "budget": budget, "walk_tau_fit": decode_walk_tau(nodes, fit),
                              "walk_tau_check": decode_walk_tau(nodes, check),
                              "walk_tau_all": decode_walk_tau(nodes, sequences),

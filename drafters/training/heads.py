@@ -10,6 +10,7 @@ per-head top-k accuracy decides the static tree at inference.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from torch import nn
 
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.hydra import HydraHeads
-from specbench.drafters.medusa import DEFAULT_MAX_RANK, MedusaHeads
+from specbench.drafters.medusa import DEFAULT_MAX_RANK, HeadDrafter, MedusaHeads
 from specbench.drafters.static_tree import StaticTree, decode_walk_tau
 from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
                                                 training_vocabularies, warmup_cosine, write_trained)
@@ -161,9 +162,8 @@ def evaluate(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windo
     ``tree_accuracy`` (a recipe's recorded accuracies), by default from the accuracies measured here."""
     ranks = true_ranks(module, target, hidden, windows, max_rank, batch_size, vocab)  # [N, K]
     valid = windows[:, 1 : ranks.shape[1] + 1].T.cpu() != IGNORE  # [K, N]
-    totals = valid.sum(dim=1).clamp(min=1).float()  # [K]
-    per_rank = [[float((ranks[:, k] == r).sum()) / float(totals[k]) for r in range(max_rank)]
-                for k in range(ranks.shape[1])]  # [K, R]
+    hits = (ranks.T[..., None] == torch.arange(max_rank)).sum(dim=1).float()  # [K, R]
+    per_rank = (hits / valid.sum(dim=1).clamp(min=1).float()[:, None]).tolist()  # [K, R]
     sequences = split_samples(ranks, windows)
     tree_accuracy = [row[:DEFAULT_MAX_RANK] for row in (tree_accuracy or per_rank)]  # as the drafters cut them
     walk = {str(b): decode_walk_tau(StaticTree.from_accuracies(tree_accuracy, b).paths, sequences)
@@ -317,24 +317,21 @@ def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torc
     return torch.cat(features), torch.cat(windows)
 
 
-def load_trained_heads(stem: Path, target: TargetModel) -> tuple[nn.Module, dict, DraftVocab]:
-    """(module in float32 on the target's device, recipe, the draft vocabulary its metrics are scored over)
-    of a medusa/hydra checkpoint trained by specbench (its stored token ranking gives the vocabulary)."""
-    from specbench.checkpoint import load_checkpoint
-    from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY
+def load_trained_heads(stem: Path, target: TargetModel) -> HeadDrafter:
+    """The medusa/hydra drafter of a checkpoint, loaded for ``target`` (``.module``, ``.recipe``, ``.vocab``:
+    the draft vocabulary its held-out metrics were scored over)."""
+    from specbench.checkpoint import checkpoint_files
+    from specbench.drafters.hydra import HydraDrafter
+    from specbench.drafters.medusa import MedusaDrafter
 
-    state, recipe = load_checkpoint(stem, target.handle)
-    if recipe.get("method") not in MODULES:
-        raise SpecbenchError(f"{stem}: a {recipe.get('method')} checkpoint, not a head drafter ({', '.join(MODULES)})")
-    ranking = state.pop(RANKING_KEY, None)
-    if ranking is None:
-        raise SpecbenchError(f"{stem}: no token ranking stored, so the draft vocabulary is unknown")
-    config = recipe["hyperparameters"]
-    options = {"prefix_heads": config["prefix_heads"]} if config.get("prefix_heads") else {}
-    module = MODULES[recipe["method"]](target.config.hidden_size, config["num_heads"], config["num_layers"], **options)
-    module.load_state_dict(state)
-    vocab = DraftVocab(target.lm_head, ranking, recipe["metrics"].get("heldout_vocab", DEFAULT_DRAFT_VOCAB))
-    return module.to(target.device, torch.float32).eval(), recipe, vocab
+    recipe_path = checkpoint_files(stem)[1]
+    recipe = json.loads(recipe_path.read_text(encoding="utf-8")) if recipe_path.is_file() else {}
+    drafters = {"medusa": MedusaDrafter, "hydra": HydraDrafter}
+    if recipe.get("method") not in drafters:
+        raise SpecbenchError(f"{stem}: not a medusa or hydra checkpoint ({recipe_path.name}: method {recipe.get('method')})")
+    drafter = drafters[recipe["method"]](checkpoint=str(stem), draft_vocab=recipe.get("metrics", {}).get("heldout_vocab"))
+    drafter.reset(target.handle)
+    return drafter
 
 
 def remeasure(stem: Path, cache: Path, target: TargetModel, batch_size: int = 256) -> dict:
@@ -343,12 +340,12 @@ def remeasure(stem: Path, cache: Path, target: TargetModel, batch_size: int = 25
     stay as they are, since its trees are built from them. Scored over the draft vocabulary inference uses
     by default (the checkpoint's own token ranking). The recipe says where and when, and keeps the
     re-measured top-1 beside the recorded one as a check. Returns the re-measured metrics."""
-    import json
     from datetime import date
 
     from specbench.checkpoint import checkpoint_files
 
-    module, recipe, vocab = load_trained_heads(stem, target)
+    drafter = load_trained_heads(stem, target)
+    module, recipe, vocab = drafter.module, drafter.recipe, drafter.vocab
     checked_manifest(cache, target)
     config = recipe["hyperparameters"]
     held_hidden, held_windows = heldout_inputs(module, cache, config["num_heads"])
