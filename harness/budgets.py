@@ -194,6 +194,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
     from specbench.harness.runner import resolve_profile
     from specbench.model import cache_root
     from specbench.profile import measure_and_cache
+    from specbench.questions import load_questions
 
     wanted = parse_budget_spec(config.tree_budget, list(drafters))
     if AUTO not in wanted.values():
@@ -214,7 +215,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
 
     def calibrate(name: str):
         if progress:
-            print(f"specbench: choosing {name}'s tree budget (replay over {len(trajectories)} calibration prompts)",
+            print(f"specbench: choosing {name}'s tree budget (replay over {len(trajectories)} calibration turns)",
                   file=sys.stderr)
         limit = drafters[name].max_budget()  # larger budgets would replay the same trees
         mine = candidates if limit is None else sorted({b for b in candidates if b < limit} | {min(limit, max(candidates))})
@@ -223,6 +224,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
         return points, profile, timing
 
     choices = choose_budgets(wanted, calibrate)
-    record = {"file": str(calibration), "questions": len(trajectories), "max_new_tokens": tokens,
+    record = {"file": str(calibration), "questions": len(load_questions(calibration)), "turns": len(trajectories),
+              "max_new_tokens": tokens,
               "candidates": candidates, "profile_source": source, "loop": asdict(timing)}
     return choices, record

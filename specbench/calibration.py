@@ -1,9 +1,11 @@
 """The calibration set `--tree-budget auto` chooses budgets on, and its greedy trajectories, cached.
 
 The shipped set (``specbench/data/calibration/question.jsonl``, made by
-``scripts/make_calibration_set.py``) is 16 held-out ShareGPT prompts: no benchmark question, and no
-shipped drafter was trained on them. Any FastChat-format question file can replace it
-(``--calibration FILE``); only first turns are used.
+``scripts/make_calibration_set.py``) is 16 held-out two-turn ShareGPT conversations: no benchmark
+question, and no shipped drafter was trained on them. Any FastChat-format question file can replace it
+(``--calibration FILE``). Every turn is decoded as a run decodes it: a later turn's prompt carries the
+greedy answers before it, so calibration sees a benchmark's long second-turn contexts, which cost a
+drafter more per step and accept less than first turns do (docs/performance.md, "Calibrating on two turns").
 
 A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
 chat template and the token cap, so the recorded set is cached under
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 from specbench.questions import file_hash, load_questions
-from specbench.replay import Trajectory, record_trajectory
+from specbench.replay import Trajectory, question_trajectories
 
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
@@ -35,7 +37,7 @@ def trajectory_key(target, calibration: Path, max_new_tokens: int, template: str
     """What a calibration set's trajectories depend on."""
     return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
             "device": target.device.type, "dtype": str(target.dtype).removeprefix("torch."), "template": template,
-            "max_new_tokens": max_new_tokens, "calibration": file_hash(calibration)}
+            "max_new_tokens": max_new_tokens, "calibration": file_hash(calibration), "turns": "all"}
 
 
 def key_digest(key: dict) -> str:
@@ -55,15 +57,15 @@ def cached_json(path: Path, key: dict, compute):
 
 def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens: int, template: str | None,
                              root: Path) -> tuple[list[Trajectory], dict]:
-    """(one trajectory per calibration question's first turn, the cache key); recorded or read from the
+    """(one trajectory per turn of every calibration question, the cache key); recorded or read from the
     cache. ``prompts`` is the run's `PromptBuilder`."""
     key = trajectory_key(target, calibration, max_new_tokens, template)
     path = root / "calibration" / f"trajectories-{target.name}-{key_digest(key)}.pt"
     if path.exists():
         stored = torch.load(path, weights_only=True)
         return [Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device)) for t in stored], key
-    trajectories = [record_trajectory(target, prompts.build(question.turns[:1], []), max_new_tokens)
-                    for question in load_questions(calibration)]
+    trajectories = [trajectory for question in load_questions(calibration)
+                    for trajectory in question_trajectories(target, prompts, question, max_new_tokens)]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save([{"prompt": t.prompt, "continuation": t.continuation, "hidden": t.hidden.float().cpu()}

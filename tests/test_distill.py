@@ -12,7 +12,7 @@ from conftest import EOS, build_tiny_model, make_target, plain_greedy
 from safetensors.torch import load_file
 
 from specbench.drafters.training.distill import DistillConfig, iter_samples, run_distill
-from specbench.drafters.training.sharegpt import iter_items, first_human_turn
+from specbench.drafters.training.sharegpt import conversations_by_first_turn, first_human_turn, iter_items
 from specbench.errors import SpecbenchError
 
 PROMPTS = [[5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4], [60, 12], [42, 9, 9, 9, 1, 2], [7]]
@@ -86,6 +86,17 @@ def test_sharegpt_parser_stops_at_the_cut():
     items = list(iter_items(text))
     assert len(items) == 2
     assert first_human_turn(items[0]) == "hi" and first_human_turn(items[1]) is None
+
+
+def test_conversations_keep_every_human_turn_and_the_first_of_a_repeated_first_turn(tmp_path):
+    def conversation(*turns):
+        return {"conversations": [{"from": speaker, "value": text} for turn in turns
+                                  for speaker, text in (("human", turn), ("gpt", "ok"))]}
+
+    items = [conversation("a", " b ", "c"), conversation("a", "other"), conversation("d", "", "e"), {"conversations": []}]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(items)[:-1] + ', {"conversations": [{"from": "hu')  # cut, as the packaged file is
+    assert conversations_by_first_turn(path) == {"a": ["a", "b", "c"], "d": ["d"]}
 
 
 def test_tokens_only_cache_seeds_a_full_cache(target, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from specbench.budget import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
 from specbench.errors import SpecbenchError
@@ -110,7 +111,8 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
     assert choice["how"] == AUTO and [point["budget"] for point in choice["curve"]] == [1, 2, 4, 5]
     best = max(point["predicted_speedup"] for point in choice["curve"])
     assert choice["budget"] in [p["budget"] for p in choice["curve"] if p["predicted_speedup"] >= best * 0.995]
-    assert manifest["calibration"]["questions"] == 2 and manifest["calibration"]["loop"]["verify1_ms"] > 0
+    assert manifest["calibration"]["questions"] == 2 and manifest["calibration"]["turns"] == 2
+    assert manifest["calibration"]["loop"]["verify1_ms"] > 0
     runs = load_run(out)
     assert {a.tree_budget for a in runs["ngram"]} == {choice["budget"]} and {a.tree_budget for a in runs["vanilla"]} == {1}
     summary = write_summary(out)
@@ -123,6 +125,30 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
     run_tiny(target, out, calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8], resume=True)
     assert {a.tree_budget for a in load_run(out)["ngram"]} == {choice["budget"]}
     assert len(load_run(out)["ngram"]) == 2
+
+
+def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
+    """A two-turn calibration question gives two trajectories; the second turn's prompt carries the target's
+    own greedy first answer, as `question_trajectories` (what a run decodes) builds it."""
+    from specbench.calibration import calibration_trajectories
+    from specbench.prompts import PromptBuilder
+    from specbench.questions import load_questions
+    from specbench.replay import question_trajectories
+
+    target, _, _ = tiny_run_setup
+    two_turns = tmp_path / "two.jsonl"
+    two_turns.write_text(json.dumps({"question_id": 1, "category": "c", "turns": ["count to ten", "and back"]}) + "\n")
+    prompts = PromptBuilder(target.tokenizer, None)
+    trajectories, key = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")
+    expected = question_trajectories(target, prompts, load_questions(two_turns)[0], 12)
+    assert len(trajectories) == 2 and key["turns"] == "all"
+    for got, want in zip(trajectories, expected):
+        assert torch.equal(got.prompt, want.prompt) and torch.equal(got.continuation, want.continuation)
+    assert len(trajectories[1].prompt) > len(trajectories[0].prompt) + len(trajectories[0].continuation)
+    first_answer = prompts.answer_text(trajectories[0].continuation.tolist())
+    assert first_answer and first_answer in target.tokenizer.decode(trajectories[1].prompt.tolist())
+    again, _ = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")  # from the cache
+    assert [torch.equal(a.prompt, b.prompt) for a, b in zip(again, trajectories)] == [True, True]
 
 
 def test_fixed_per_drafter_budgets_need_no_calibration(tiny_run_setup, tmp_path):

@@ -52,12 +52,34 @@ def iter_items(text: str) -> Iterator[dict]:
         yield item
 
 
-def first_human_turn(item: dict) -> str | None:
+def human_turns(item: dict) -> list[str]:
+    """The conversation's human turns in order, stripped, up to the first empty one."""
+    turns = []
     for turn in item.get("conversations") or []:
         if turn.get("from") == "human":
             value = (turn.get("value") or "").strip()
-            return value or None
-    return None
+            if not value:
+                break
+            turns.append(value)
+    return turns
+
+
+def first_human_turn(item: dict) -> str | None:
+    turns = human_turns(item)
+    return turns[0] if turns else None
+
+
+def conversations_by_first_turn(path: Path | None = None) -> dict[str, list[str]]:
+    """Every conversation's human turns, keyed by its first turn (the first conversation wins for a repeated
+    first turn, as `load_prompts` keeps the first). Later turns are never trained on: `load_prompts` and so
+    `specbench distill` take first turns only."""
+    text = Path(path or dataset_file()).read_text(encoding="utf-8")
+    conversations: dict[str, list[str]] = {}
+    for item in iter_items(text):
+        turns = human_turns(item)
+        if turns:
+            conversations.setdefault(turns[0], turns)
+    return conversations
 
 
 def load_prompts(train: int | None, heldout: int, seed: int = 0, min_chars: int = 16, max_chars: int = 1500,
