@@ -218,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tree budgets to replay each drafter at")
     replay.add_argument("--profile", default=None, metavar="FILE",
                         help="verify-cost profile for predicted speedups (default: the one cached for this machine)")
+    replay.add_argument("--by", choices=["category", "turn"], default="category",
+                        help="group rows by question category (default) or by turn (turn 1, turn 2, ...)")
     replay.add_argument("--out", default=None, help="CSV file for the rows (default: print only)")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -407,7 +409,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     target = load_target(args.model, args.device, args.dtype, args.device_map)
     prompts = PromptBuilder(target.tokenizer, args.template)
-    turns = [(q.category, t) for q in questions for t in question_trajectories(target, prompts, q, args.max_new_tokens)]
+    turns = [(q.category if args.by == "category" else f"turn {number}", t) for q in questions
+             for number, t in enumerate(question_trajectories(target, prompts, q, args.max_new_tokens), start=1)]
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
     profile, source = resolve_profile(config, target)
     if profile is not None:

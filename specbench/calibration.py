@@ -1,11 +1,11 @@
 """The calibration set `--tree-budget auto` chooses budgets on, and its greedy trajectories, cached.
 
 The shipped set (``specbench/data/calibration/question.jsonl``, made by
-``scripts/make_calibration_set.py``) is 16 held-out two-turn ShareGPT conversations: no benchmark
-question, and no shipped drafter was trained on them. Any FastChat-format question file can replace it
-(``--calibration FILE``). Every turn is decoded as a run decodes it: a later turn's prompt carries the
-greedy answers before it, so calibration sees a benchmark's long second-turn contexts, which cost a
-drafter more per step and accept less than first turns do (docs/performance.md, "Calibrating on two turns").
+``scripts/make_calibration_set.py``) is 16 held-out ShareGPT prompts: no benchmark question, and no
+shipped drafter was trained on them. Any FastChat-format question file can replace it
+(``--calibration FILE``). Every turn a file holds is decoded as a run decodes it: a later turn's prompt
+carries the greedy answers before it. (A two-turn shipped set was measured and not kept:
+docs/performance.md, "Calibrating on two turns".)
 
 A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
 chat template and the token cap, so the recorded set is cached under

@@ -25,7 +25,28 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from specbench.model import TargetModel
+from specbench.model import TargetModel, cache_root
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_specbench_cache(tmp_path_factory):
+    """Tests read and write a private ``$SPECBENCH_CACHE``, never the user's: a test that measures a
+    verify-cost profile or calibration curves must not leave them for the user's runs to choose budgets
+    by (a profile measured during the test suite was found in use, 2026-11-24), nor read the user's.
+    Converted models are shared (``models/``, a link): converting the default GGUF is deterministic."""
+    import os
+
+    real_models = cache_root() / "models"
+    real_models.mkdir(parents=True, exist_ok=True)
+    private = tmp_path_factory.mktemp("specbench-cache")
+    (private / "models").symlink_to(real_models, target_is_directory=True)
+    before = os.environ.get("SPECBENCH_CACHE")
+    os.environ["SPECBENCH_CACHE"] = str(private)
+    yield private
+    if before is None:
+        os.environ.pop("SPECBENCH_CACHE", None)
+    else:
+        os.environ["SPECBENCH_CACHE"] = before
 
 VOCAB = 97
 #: The EOS id of every tiny target. Its ``lm_head`` row is zeroed, so its logit is exactly 0 while the

@@ -97,8 +97,10 @@ def test_replay_equals_the_real_run_step_for_step(target, cases, name):
         assert [s.accepted for s in replayed.steps] == [s.accepted for s in real.steps]
 
 
-def test_replay_command_writes_rows_and_predictions(tmp_path):
-    """`specbench replay` end to end on the default model, with the CPU profile committed in docs/."""
+@pytest.mark.parametrize("by, groups", [("category", {"writing", "overall"}), ("turn", {"turn 1", "turn 2", "overall"})])
+def test_replay_command_writes_rows_and_predictions(tmp_path, by, groups):
+    """`specbench replay` end to end on the default model, with the CPU profile committed in docs/; rows
+    grouped by category or by turn (the writing question has two)."""
     import subprocess
     import sys
 
@@ -109,9 +111,9 @@ def test_replay_command_writes_rows_and_predictions(tmp_path):
     result = subprocess.run([sys.executable, "-m", "specbench", "replay", "--drafters", "vanilla,ngram", "--bench",
                              str(DATA / "mt_bench" / "question.jsonl"), "--categories", "writing", "--limit", "1",
                              "--max-new-tokens", "16", "--budgets", "1,4", "--profile", str(profile), "--out", str(out),
-                             "--no-progress"], capture_output=True, text=True, timeout=600)
+                             "--by", by, "--no-progress"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "predicted speedup by tree budget" in result.stdout
     table = pd.read_csv(out)
-    assert set(table.budget) == {1, 4} and set(table.category) == {"writing", "overall"}
+    assert set(table.budget) == {1, 4} and set(table.category) == groups
     assert (table[table.drafter == "vanilla"].tau == 1.0).all() and (table.predicted_speedup > 0).all()
