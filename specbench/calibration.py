@@ -5,7 +5,13 @@ The shipped set (``specbench/data/calibration/question.jsonl``, made by
 shipped drafter was trained on them. Any FastChat-format question file can replace it
 (``--calibration FILE``). Every turn a file holds is decoded as a run decodes it: a later turn's prompt
 carries the greedy answers before it. (A two-turn shipped set was measured and not kept:
-docs/performance.md, "Calibrating on two turns".)
+docs/performance.md, "Where the prediction misses".)
+
+``--calibration heldout`` calibrates on the run's own benchmark instead: the last `HELDOUT_PER_CATEGORY`
+questions of each of the run's categories that the run does not answer (so it needs ``--limit`` to leave
+some out). Drafters trained on ShareGPT accept more on held-out ShareGPT than on a benchmark, so the
+shipped set predicts their speedups high; questions of the benchmark's own kind, disjoint from the
+timed ones, remove that shift (measured in docs/performance.md).
 
 A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
 chat template and the token cap, so the recorded set is cached under
@@ -22,15 +28,51 @@ from pathlib import Path
 
 import torch
 
-from specbench.questions import file_hash, load_questions
+from specbench.errors import SpecbenchError
+from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.replay import Trajectory, question_trajectories
 
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
+HELDOUT = "heldout"  # --calibration heldout: the benchmark's questions the run leaves out
+HELDOUT_PER_CATEGORY = 2  # ... at most this many of each category (the last ones in the file)
 
 
 def default_calibration_file() -> Path:
     return Path(str(resources.files("specbench") / "data" / "calibration" / "question.jsonl"))
+
+
+def heldout_questions(bench: str, categories: list[str] | None, limit: int | None,
+                      per_category: int = HELDOUT_PER_CATEGORY) -> list[Question]:
+    """The last ``per_category`` questions of each of the run's categories that a run with these settings does
+    not answer; a one-line error when it answers them all."""
+    every = select_questions(load_questions(resolve_bench(bench)), categories, None)
+    answered = {q.question_id for q in select_questions(every, None, limit)}
+    left: dict[str, list[Question]] = {}
+    for question in every:
+        if question.question_id not in answered:
+            left.setdefault(question.category, []).append(question)
+    if not left:
+        raise SpecbenchError("--calibration heldout needs questions the run leaves out; it answers every question of "
+                             "its categories (leave some out with --limit)")
+    return [question for kept in left.values() for question in kept[-per_category:]]
+
+
+def calibration_file(calibration: str | None, bench: str, categories: list[str] | None, limit: int | None,
+                     root: Path) -> Path:
+    """The question file `auto` calibrates on: the shipped set (None), a file or benchmark name, or for
+    `HELDOUT` the run's left-out questions, written under ``root/calibration/`` (named by their content)."""
+    if calibration is None:
+        return default_calibration_file()
+    if calibration != HELDOUT:
+        return resolve_bench(calibration)
+    lines = "".join(json.dumps({"question_id": q.question_id, "category": q.category, "turns": list(q.turns)},
+                               ensure_ascii=False) + "\n" for q in heldout_questions(bench, categories, limit))
+    path = root / "calibration" / f"heldout-{hashlib.sha256(lines.encode()).hexdigest()[:16]}.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(lines, encoding="utf-8")
+    return path
 
 
 def trajectory_key(target, calibration: Path, max_new_tokens: int, template: str | None) -> dict:

@@ -60,6 +60,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["run", "--device", "tpu"], ["--device must be cpu, cuda or cuda:N"]),
         (["run", "--device", "cuda:x"], ["--device must be"]),
         (["distill", "--train", "lots"], ["expected a number or 'all'"]),
+        (["run", "--calibration", "heldout"], ["--calibration heldout needs questions the run leaves out", "--limit"]),
+        (["run", "--calibration", "nosuch.jsonl"], ["nosuch.jsonl"]),
         (["replay", "--budgets", "0,4"], ["--budgets must be tree budgets of at least 1"]),
         (["replay", "--budgets", "four"], ["--budgets must be comma-separated integers"]),
         (["replay", "--drafters", "nosuch"], ["unknown drafter 'nosuch'"]),

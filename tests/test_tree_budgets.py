@@ -91,8 +91,9 @@ def tiny_run_setup(tmp_path, monkeypatch):
 def run_tiny(target, out, **options):
     from specbench.harness.runner import Run, RunConfig
 
-    config = RunConfig(out=str(out), drafters=["vanilla", "ngram"], bench="demo", categories=["math"], limit=2,
-                       max_new_tokens=12, warmup=False, **options)
+    settings = dict(drafters=["vanilla", "ngram"], bench="demo", categories=["math"], limit=2, max_new_tokens=12,
+                    warmup=False) | options
+    config = RunConfig(out=str(out), **settings)
     return Run(config, progress=False, target=target).execute()
 
 
@@ -149,6 +150,27 @@ def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     assert first_answer and first_answer in target.tokenizer.decode(trajectories[1].prompt.tolist())
     again, _ = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")  # from the cache
     assert [torch.equal(a.prompt, b.prompt) for a, b in zip(again, trajectories)] == [True, True]
+
+
+def test_heldout_calibration_is_the_benchmarks_questions_the_run_leaves_out(tiny_run_setup, tmp_path):
+    from specbench.calibration import heldout_questions
+    from specbench.questions import load_questions
+    from specbench.results import load_run
+
+    picked = heldout_questions("demo", ["math", "coding"], 1)
+    assert [q.category for q in picked] == ["math", "coding"]  # the second (last) of each; the run takes the first
+    with pytest.raises(SpecbenchError, match="leaves out"):
+        heldout_questions("demo", ["math"], 2)  # demo has two per category: none left
+
+    target, _, profile = tiny_run_setup
+    out = tmp_path / "run"
+    run_tiny(target, out, calibration="heldout", profile=str(profile), auto_budgets=[1, 2], limit=1)
+    record = json.loads((out / "manifest.json").read_text())["calibration"]
+    calibrated = load_questions(record["file"])
+    answered = {a.question_id for records in load_run(out).values() for a in records}
+    assert record["source"] == "heldout" and record["questions"] == 1 == len(calibrated)
+    assert record["turns"] == len(calibrated[0].turns) and calibrated[0].question_id not in answered
+    assert calibrated[0].category == "math"
 
 
 def test_fixed_per_drafter_budgets_need_no_calibration(tiny_run_setup, tmp_path):
