@@ -224,7 +224,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
         return points, profile, timing
 
     choices = choose_budgets(wanted, calibrate)
-    record = {"file": str(calibration), "source": config.calibration or "shipped", "questions": len(load_questions(calibration)), "turns": len(trajectories),
-              "max_new_tokens": tokens,
+    record = {"file": str(calibration), "source": config.calibration or "shipped",
+              "questions": len(load_questions(calibration)), "turns": len(trajectories), "max_new_tokens": tokens,
               "candidates": candidates, "profile_source": source, "loop": asdict(timing)}
     return choices, record

@@ -1,9 +1,9 @@
 """How much of an `auto` run's prediction error is the calibration set's domain? Re-predict each auto
 drafter's speedup at the budget the run chose, from a replay over questions of the run's own benchmark
-that the run did not answer (the last ``--per-category`` of each category), with the run's profile and
-loop timing, and set it beside the recorded prediction and the measured speedup.
+that the run did not answer (the last ``--per-category`` of each category, `--calibration heldout`'s
+questions), with the run's profile and loop timing; set it beside the recorded prediction and the
+measured speedup. It shows what `--calibration heldout` would have predicted for a run made without it.
 
-This is an analysis, not how `auto` chooses: `auto` calibrates on a set disjoint from any benchmark.
 Usage: python scripts/predict_in_domain.py RUN_DIR [--per-category 2] [--model default]
 """
 
@@ -16,22 +16,13 @@ import pandas as pd
 import torch
 
 from specbench.budget import predicted_speedup
+from specbench.calibration import heldout_questions
 from specbench.harness.budgets import create_entry
 from specbench.model import load_target
 from specbench.profile import VerifyProfile
 from specbench.prompts import PromptBuilder
-from specbench.questions import load_questions, resolve_bench
 from specbench.replay import budget_point, question_trajectories, sweep
-from specbench.results import load_run, read_manifest
-
-
-def unanswered(questions, answered: set, per_category: int):
-    """The last ``per_category`` questions of each category that the run did not answer."""
-    by_category: dict[str, list] = {}
-    for question in questions:
-        if question.question_id not in answered:
-            by_category.setdefault(question.category, []).append(question)
-    return [q for kept in by_category.values() for q in kept[-per_category:]]
+from specbench.results import read_manifest
 
 
 def main() -> None:
@@ -40,13 +31,12 @@ def main() -> None:
     parser.add_argument("--per-category", type=int, default=2)
     parser.add_argument("--model", default="default")
     args = parser.parse_args()
-    manifest, answers = read_manifest(args.run_dir), load_run(args.run_dir)
+    manifest = read_manifest(args.run_dir)
     config, loop = manifest["config"], manifest["calibration"]["loop"]
     profile = VerifyProfile.from_json(manifest["profile"], "the run's manifest")
     if config.get("threads"):
         torch.set_num_threads(config["threads"])
-    answered = {a.question_id for records in answers.values() for a in records}
-    questions = unanswered(load_questions(resolve_bench(config["bench"])), answered, args.per_category)
+    questions = heldout_questions(config["bench"], config["categories"], config["limit"], args.per_category)
     target = load_target(args.model, config["device"], config["dtype"])
     prompts = PromptBuilder(target.tokenizer, config["template"])
     tokens = manifest["calibration"]["max_new_tokens"]
@@ -55,7 +45,8 @@ def main() -> None:
     measured = summary[summary.category == "overall"].set_index("drafter")
     print(f"{len(questions)} unanswered questions of {config['bench']} ({len(turns)} turns); "
           f"loop: 1-node verify {loop['verify1_ms']:.1f} ms, overhead {loop['overhead_ms']:.2f} ms\n")
-    print("| drafter | budget | calibration tau | in-domain tau | run tau | predicted | predicted, in-domain | measured | measured / in-domain |")
+    print("| drafter | budget | calibration tau | in-domain tau | run tau | predicted | predicted, in-domain | "
+          "measured | measured / in-domain |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, choice in manifest["budgets"].items():
         if choice["how"] != "auto":
@@ -68,7 +59,8 @@ def main() -> None:
         calibration_tau = next(p["tau"] for p in choice["curve"] if p["budget"] == budget)
         run = measured.loc[name]
         print(f"| {name} | {budget} | {calibration_tau:.2f} | {point.tau:.2f} | {run.tau:.2f} | "
-              f"{choice['predicted_speedup']:.2f} | {in_domain:.2f} | {run.speedup:.2f} | {run.speedup / in_domain:.2f} |")
+              f"{choice['predicted_speedup']:.2f} | {in_domain:.2f} | {run.speedup:.2f} | "
+              f"{run.speedup / in_domain:.2f} |")
 
 
 if __name__ == "__main__":
