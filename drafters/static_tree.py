@@ -144,7 +144,8 @@ def decode_walk_tau(paths: Sequence[Sequence[int]], rank_sequences: Sequence[Seq
     for sequence in rank_sequences:
         position = 0
         while position < len(sequence):
-            emitted = min(matched_depth(sequence[position], nodes) + 1, len(sequence) - position)  # the answer ends: no bonus past its last token
+            # the accepted drafts and the bonus; where the answer ends, no bonus past its last token
+            emitted = min(matched_depth(sequence[position], nodes) + 1, len(sequence) - position)
             tokens, steps, position = tokens + emitted, steps + 1, position + emitted
     return tokens / max(steps, 1)
 

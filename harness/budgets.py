@@ -126,8 +126,7 @@ def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKE
     if not result.steps:
         raise SpecbenchError("calibration: the timing prompt ended at once; cannot time the loop")
     verify = statistics.median(step.stage_ms["verify"] for step in result.steps)
-    staged = statistics.fmean(step.stage_ms.get("verify", 0.0) + step.stage_ms.get("draft", 0.0)
-                              for step in result.steps)
+    staged = statistics.fmean(step.stage_ms.get("verify", 0.0) + step.draft_ms for step in result.steps)
     step_ms = (result.wall_s * 1000 - (result.prefill_ms or 0.0)) / len(result.steps)
     return LoopTiming(verify1_ms=verify, overhead_ms=max(step_ms - staged, 0.0), steps=len(result.steps))
 

@@ -25,10 +25,6 @@ from specbench.questions import load_questions, resolve_bench, select_questions
 from specbench.replay import question_trajectories, replay
 
 
-def stage_ms(steps, *names: str) -> list[float]:
-    return [sum(step.stage_ms.get(name, 0.0) for name in names) for step in steps]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--drafters", default="hydra,ctc-ce")
@@ -56,8 +52,8 @@ def main() -> None:
                 real_verify[(name, step.nodes)].append(step.stage_ms["verify"])
             if name != "vanilla":
                 replayed = replay(target, drafter, trajectory, args.max_new_tokens, budget)
-                draft[(name, "run")] += stage_ms(run.steps, "draft", "transform")
-                draft[(name, "replay")] += stage_ms(replayed.steps, "draft", "transform")
+                draft[(name, "run")] += [step.draft_ms for step in run.steps]
+                draft[(name, "replay")] += [step.draft_ms for step in replayed.steps]
     one = statistics.median(real_verify[("vanilla", 1)])
     profile = cached_profile(target, cache_root())
     print(f"{len(turns)} turns; vanilla 1-node verify in the loop: median {one:.1f} ms")

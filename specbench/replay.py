@@ -159,7 +159,7 @@ def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajector
             groups["overall"] = [step for steps in steps_by_category.values() for step in steps]
             for category, steps in groups.items():
                 lengths = [s.accepted for s in steps]
-                draft = [s.stage_ms.get("draft", 0.0) + s.stage_ms.get("transform", 0.0) for s in steps]
+                draft = [s.draft_ms for s in steps]
                 by_depth, _ = metrics.acceptance_by_depth(lengths, proposed_depths=[s.depth for s in steps])
                 trees = Counter(f"{s.nodes}:{s.depth}" for s in steps)
                 rows.append({"drafter": name, "budget": budget, "category": category, "tau": metrics.tau(lengths),

@@ -62,6 +62,12 @@ class Step:
     def to_json(self) -> dict:
         return {"nodes": self.nodes, "depth": self.depth, "accepted": self.accepted, "stage_ms": self.stage_ms}
 
+    @property
+    def draft_ms(self) -> float:
+        """The drafter's own cost this step: its propose stage plus the draft transform (CTC), if timed."""
+        stages = self.stage_ms or {}
+        return stages.get("draft", 0.0) + stages.get("transform", 0.0)
+
 
 @dataclass
 class Answer:

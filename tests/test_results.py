@@ -31,6 +31,8 @@ def test_round_trip_keeps_the_layout_and_unknown_keys():
     assert answer.to_json() == data
     assert answer.extra == {"plugin_key": {"temperature": 0}} and answer.choice_extra == {"plugin_field": [1]}
     assert answer.steps[1][0] == Step(4, 3, 2, {"draft": 0.5, "verify": 3.0})
+    assert answer.steps[1][0].draft_ms == 0.5 and Step(4, 3, 2, {"draft": 0.5, "transform": 0.25}).draft_ms == 0.75
+    assert Step(4, 3, 2).draft_ms == 0.0  # a run without stage times
     assert answer.tree_budget is None  # a record from before budgets were recorded stays as it was
     budgeted = record_json() | {"tree_budget": 8}
     assert Answer.from_json(copy.deepcopy(budgeted)).to_json() == budgeted
