@@ -390,11 +390,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     import torch
 
     from specbench.harness.runner import RunConfig, resolve_profile
-    from specbench.model import load_target
+    from specbench.model import cache_root, load_target
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions, resolve_bench, select_questions
     from specbench.harness.budgets import create_entry
-    from specbench.replay import question_trajectories, sweep
+    from specbench.replay import sweep
+    from specbench.trajectory_cache import replay_trajectories
 
     budgets = _tree_sizes(args.budgets, "--budgets")
     if args.out and Path(args.out).is_dir():
@@ -410,8 +411,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     target = load_target(args.model, args.device, args.dtype, args.device_map)
     prompts = PromptBuilder(target.tokenizer, args.template)
-    turns = [(q.category if args.by == "category" else f"turn {number}", t) for q in questions
-             for number, t in enumerate(question_trajectories(target, prompts, q, args.max_new_tokens), start=1)]
+    recorded, stored_at = replay_trajectories(target, prompts, questions, args.max_new_tokens, args.template,
+                                              cache_root())
+    turns = [(q.category if args.by == "category" else f"turn {number}", t) for q, per_turn in zip(questions, recorded)
+             for number, t in enumerate(per_turn, start=1)]
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
     profile, source = resolve_profile(config, target)
     if profile is not None:
@@ -430,6 +433,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"\npredicted speedup by tree budget (verify-cost profile: {source}; loop overhead not included):")
         print(rows.pivot(index="drafter", columns="budget", values="predicted_speedup").loc[list(drafters)]
               .to_string(float_format=lambda v: f"{v:.2f}"))
+    print(f"trajectories: {stored_at}")
     if args.out:
         print(f"rows: {args.out}")
     return 0

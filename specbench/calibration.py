@@ -13,10 +13,8 @@ some out). Drafters trained on ShareGPT accept more on held-out ShareGPT than on
 shipped set predicts their speedups high; questions of the benchmark's own kind, disjoint from the
 timed ones, remove that shift (measured in docs/performance.md).
 
-A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
-chat template and the token cap, so the recorded set is cached under
-``$SPECBENCH_CACHE/calibration/`` keyed by all of these and the file's hash. It is recorded once and
-shared by every drafter and budget.
+The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`specbench.trajectory_cache`,
+keyed by the file's hash among the rest): recorded once and shared by every drafter and budget.
 """
 
 from __future__ import annotations
@@ -26,11 +24,10 @@ import json
 from importlib import resources
 from pathlib import Path
 
-import torch
-
 from specbench.errors import SpecbenchError
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
-from specbench.replay import Trajectory, question_trajectories
+from specbench.replay import Trajectory
+from specbench.trajectory_cache import cached_trajectories, key_digest, trajectory_key
 
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
@@ -75,15 +72,9 @@ def calibration_file(calibration: str | None, bench: str, categories: list[str] 
     return path
 
 
-def trajectory_key(target, calibration: Path, max_new_tokens: int, template: str | None) -> dict:
+def calibration_key(target, calibration: Path, max_new_tokens: int, template: str | None) -> dict:
     """What a calibration set's trajectories depend on."""
-    return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
-            "device": target.device.type, "dtype": str(target.dtype).removeprefix("torch."), "template": template,
-            "max_new_tokens": max_new_tokens, "calibration": file_hash(calibration), "turns": "all"}
-
-
-def key_digest(key: dict) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return trajectory_key(target, max_new_tokens, template, calibration=file_hash(calibration))
 
 
 def cached_json(path: Path, key: dict, compute):
@@ -101,16 +92,7 @@ def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens:
                              root: Path) -> tuple[list[Trajectory], dict]:
     """(one trajectory per turn of every calibration question, the cache key); recorded or read from the
     cache. ``prompts`` is the run's `PromptBuilder`."""
-    key = trajectory_key(target, calibration, max_new_tokens, template)
+    key = calibration_key(target, calibration, max_new_tokens, template)
     path = root / "calibration" / f"trajectories-{target.name}-{key_digest(key)}.pt"
-    if path.exists():
-        stored = torch.load(path, weights_only=True)
-        return [Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device)) for t in stored], key
-    trajectories = [trajectory for question in load_questions(calibration)
-                    for trajectory in question_trajectories(target, prompts, question, max_new_tokens)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save([{"prompt": t.prompt, "continuation": t.continuation, "hidden": t.hidden.float().cpu()}
-                for t in trajectories], tmp)
-    tmp.replace(path)
-    return trajectories, key
+    by_question = cached_trajectories(target, prompts, load_questions(calibration), max_new_tokens, key, path)
+    return [trajectory for turns in by_question for trajectory in turns], key

@@ -152,6 +152,29 @@ def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     assert [torch.equal(a.prompt, b.prompt) for a, b in zip(again, trajectories)] == [True, True]
 
 
+def test_replay_trajectories_are_recorded_once_per_question_set(tiny_run_setup, tmp_path, monkeypatch):
+    """`specbench replay` records a question set's trajectories once; a second replay reads them (the target
+    is not run), and another selection of questions (as --limit makes) is another file."""
+    import specbench.trajectory_cache as trajectory_cache
+    from specbench.prompts import PromptBuilder
+    from specbench.questions import load_questions
+
+    target, calibration, _ = tiny_run_setup
+    questions = load_questions(calibration)
+    prompts = PromptBuilder(target.tokenizer, None)
+    first, path = trajectory_cache.replay_trajectories(target, prompts, questions, 12, None, tmp_path / "cache")
+    assert path.exists() and [len(turns) for turns in first] == [1, 1]
+    monkeypatch.setattr(trajectory_cache, "question_trajectories", lambda *a: pytest.fail("recorded again"))
+    again, same = trajectory_cache.replay_trajectories(target, prompts, questions, 12, None, tmp_path / "cache")
+    assert same == path
+    for got, want in zip(again, first):
+        assert torch.equal(got[0].continuation, want[0].continuation) and torch.equal(got[0].hidden, want[0].hidden)
+    monkeypatch.undo()
+    _, other = trajectory_cache.replay_trajectories(target, prompts, questions[:1], 12, None, tmp_path / "cache")
+    _, longer = trajectory_cache.replay_trajectories(target, prompts, questions[:1], 16, None, tmp_path / "cache")
+    assert len({path, other, longer}) == 3
+
+
 def test_heldout_calibration_is_the_benchmarks_questions_the_run_leaves_out(tiny_run_setup, tmp_path):
     from specbench.calibration import heldout_questions
     from specbench.questions import load_questions
