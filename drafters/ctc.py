@@ -20,16 +20,23 @@ from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search,
 from specbench.tree import DraftTree
 
 
+#: prefixes the beam keeps per slot by default: the tree budget, and at least this many. A beam narrower than
+#: the budget cannot fill the tree (beam 16 filled 20 of 32 nodes); wider than 32 gained nothing at budget 16
+#: (docs/ctc.md, "The search's width").
+MIN_BEAM = 32
+
+
 class CTCDrafter(CheckpointDrafter):
-    """Options: ``checkpoint`` (path stem), ``top_k`` tokens per slot, ``beam`` prefixes kept per slot,
-    ``min_prob`` (slot tokens below it are skipped), ``draft_vocab`` (see `CheckpointDrafter`)."""
+    """Options: ``checkpoint`` (path stem), ``top_k`` tokens per slot, ``beam`` prefixes kept per slot
+    (default: the tree budget, at least `MIN_BEAM`), ``min_prob`` (slot tokens below it are skipped),
+    ``draft_vocab`` (see `CheckpointDrafter`)."""
 
     method = "ctc"
 
-    def __init__(self, checkpoint: str | None = None, top_k: int = 4, beam: int = 16, min_prob: float = 1e-3,
-                 draft_vocab: int | None = None) -> None:
+    def __init__(self, checkpoint: str | None = None, top_k: int = 8, beam: int | None = None,
+                 min_prob: float = 1e-3, draft_vocab: int | None = None) -> None:
         super().__init__(checkpoint, draft_vocab)
-        if top_k < 1 or beam < 1 or not 0.0 <= min_prob < 1.0:
+        if top_k < 1 or (beam is not None and beam < 1) or not 0.0 <= min_prob < 1.0:
             raise DrafterOptionError(f"needs top_k >= 1, beam >= 1 and 0 <= min_prob < 1, got top_k={top_k}, "
                                      f"beam={beam}, min_prob={min_prob}")
         self.top_k, self.beam, self.min_prob = top_k, beam, min_prob
@@ -39,6 +46,12 @@ class CTCDrafter(CheckpointDrafter):
         config = recipe["hyperparameters"]
         return build_module(recipe["method"], target.config.hidden_size, config["num_heads"], config["num_slots"],
                             config["slot_blocks"])
+
+    def identity(self) -> str:
+        """The checkpoint's identity and the search settings (defaults included: a changed default changes
+        the proposals, so cached calibration curves must not be reused)."""
+        beam = self.beam if self.beam is not None else f"max({MIN_BEAM},budget)"
+        return f"{super().identity()}:search:top_k={self.top_k}:beam={beam}:min_prob={self.min_prob}"
 
     def start_sequence(self) -> None:
         self.context = ContextCache()
@@ -54,7 +67,8 @@ class CTCDrafter(CheckpointDrafter):
         tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob,
                                                 self.vocab.ids)
         with ctx.span("transform"):
-            candidates = prefix_beam_search(tokens, probs, blanks, self.beam)
+            beam = self.beam if self.beam is not None else max(MIN_BEAM, ctx.budget)
+            candidates = prefix_beam_search(tokens, probs, blanks, beam)
             return candidate_tree(ctx.root, candidates, ctx.budget)
 
 

@@ -117,7 +117,7 @@ def slot_candidates(logits: torch.Tensor, has_blank: bool, top_k: int, min_prob:
     """
     probs = logits.float().softmax(dim=-1)  # [T, C]
     vocab = probs[:, :-1] if has_blank else probs
-    top = vocab.topk(top_k, dim=-1)  # [T, k]
+    top = vocab.topk(min(top_k, vocab.shape[-1]), dim=-1)  # [T, k]: no more tokens than the vocabulary has
     keep = top.values >= min_prob
     keep[:, 0] = True
     indices = top.indices if vocab_ids is None else vocab_ids[top.indices]  # [T, k] token ids

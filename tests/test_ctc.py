@@ -237,3 +237,24 @@ def test_training_over_a_cut_vocabulary(method, drafter_class, llama_target, cac
     drafter = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=24)
     result = generate(llama_target, drafter, [5, 17, 42, 8], max_new_tokens=30, budget=8)
     assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 30, llama_target.eos_ids)
+
+
+def test_the_default_beam_covers_the_budget_and_search_settings_are_part_of_the_identity(llama_target, drafter_for,
+                                                                                      monkeypatch):
+    """A beam narrower than the tree budget cannot fill the tree, so by default it is the budget (at least
+    `MIN_BEAM`); an explicit beam is kept. Search settings change proposals, so they key cached curves."""
+    import specbench.drafters.ctc as ctc_module
+
+    beams: list[int] = []
+    search = ctc_module.prefix_beam_search
+    monkeypatch.setattr(ctc_module, "prefix_beam_search", lambda *a: beams.append(a[3]) or search(*a))
+    drafter = drafter_for("ctc", llama_target)
+    for budget, explicit, expected in ((4, None, ctc_module.MIN_BEAM), (48, None, 48), (48, 16, 16)):
+        beams.clear()
+        drafter.beam = explicit
+        generate(llama_target, drafter, [5, 17, 42, 8], max_new_tokens=6, budget=budget)
+        assert beams and set(beams) == {expected}
+    drafter.beam = None
+    default = drafter.identity()
+    drafter.top_k = 4
+    assert drafter.identity() != default and "top_k=4" in drafter.identity()
