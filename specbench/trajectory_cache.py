@@ -9,7 +9,8 @@ drafters alone: recording is the one step that runs the target (about 4 minutes 
 the 2-core CPU).
 
 Files are a flat list, question by question and turn by turn, of ``{prompt, continuation, hidden}``
-(hidden states in float32 on the CPU: replay must hand a drafter exactly the states it would get).
+(hidden states in float32 on the CPU, read back in the target's dtype: replay must hand a drafter exactly
+the states a run would).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def cached_trajectories(target, prompts, questions: list[Question], max_new_toke
     (atomically, so an interrupted recording leaves no file). ``prompts`` is the run's `PromptBuilder`."""
     if path.exists():
         stored = iter(torch.load(path, weights_only=True))
-        flat = [Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device)) for t in stored]
+        flat = [Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device, target.dtype))
+                for t in stored]  # float32 on disk holds bf16/fp16 states exactly: back to what a run sees
         if len(flat) == sum(len(q.turns) for q in questions):
             turns = iter(flat)
             return [[next(turns) for _ in q.turns] for q in questions]
