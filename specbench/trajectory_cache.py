@@ -47,7 +47,7 @@ def cached_trajectories(target, prompts, questions: list[Question], max_new_toke
     """One list of per-turn trajectories per question, read from ``path`` or recorded and written there
     (atomically, so an interrupted recording leaves no file). ``prompts`` is the run's `PromptBuilder`."""
     if path.exists():
-        stored = iter(torch.load(path, weights_only=True))
+        stored = torch.load(path, weights_only=True)
         flat = [Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device, target.dtype))
                 for t in stored]  # float32 on disk holds bf16/fp16 states exactly: back to what a run sees
         if len(flat) == sum(len(q.turns) for q in questions):
