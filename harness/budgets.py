@@ -135,8 +135,7 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
     """`measure_loop_timing`, measured once per model, calibration set and machine, then read from the
     cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
     predictions of neighbouring budgets often differ by less than this timing's noise)."""
-    from specbench.calibration import cached_json
-    from specbench.trajectory_cache import key_digest
+    from specbench.trajectory_cache import cached_json, key_digest
 
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
@@ -153,8 +152,7 @@ def drafter_identity(name: str, drafter, options: dict) -> dict:
 def replayed_curve(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
                    candidates: list[int], max_new_tokens: int, machine: dict, root: Path) -> list[BudgetPoint]:
     """tau and draft ms per candidate budget, replayed over the calibration trajectories (cached)."""
-    from specbench.calibration import cached_json
-    from specbench.trajectory_cache import key_digest
+    from specbench.trajectory_cache import cached_json, key_digest
     from specbench.replay import budget_point, sweep
 
     drafter.reset(target.handle)  # a trained drafter loads its checkpoint here, so its identity is known

@@ -13,8 +13,8 @@ some out). Drafters trained on ShareGPT accept more on held-out ShareGPT than on
 shipped set predicts their speedups high; questions of the benchmark's own kind, disjoint from the
 timed ones, remove that shift (measured in docs/performance.md).
 
-The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`specbench.trajectory_cache`,
-keyed by the file's hash among the rest): recorded once and shared by every drafter and budget.
+The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`specbench.trajectory_cache`):
+recorded once and shared by every drafter and budget.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from importlib import resources
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
+from specbench.questions import Question, load_questions, resolve_bench, select_questions
 from specbench.replay import Trajectory
-from specbench.trajectory_cache import cached_trajectories, key_digest, trajectory_key
+from specbench.trajectory_cache import cached_trajectories
 
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
@@ -72,27 +72,10 @@ def calibration_file(calibration: str | None, bench: str, categories: list[str] 
     return path
 
 
-def calibration_key(target, calibration: Path, max_new_tokens: int, template: str | None) -> dict:
-    """What a calibration set's trajectories depend on."""
-    return trajectory_key(target, max_new_tokens, template, calibration=file_hash(calibration))
-
-
-def cached_json(path: Path, key: dict, compute):
-    """The ``value`` stored in ``path`` (a JSON file ``{"key": key, "value": ...}``), else ``compute()``
-    written there first. ``path`` is named by the key's digest, so a changed key is a new file."""
-    if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))["value"]
-    value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "value": value}, indent=1, default=str) + "\n", encoding="utf-8")
-    return value
-
-
 def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens: int, template: str | None,
                              root: Path) -> tuple[list[Trajectory], dict]:
     """(one trajectory per turn of every calibration question, the cache key); recorded or read from the
     cache. ``prompts`` is the run's `PromptBuilder`."""
-    key = calibration_key(target, calibration, max_new_tokens, template)
-    path = root / "calibration" / f"trajectories-{target.name}-{key_digest(key)}.pt"
-    by_question = cached_trajectories(target, prompts, load_questions(calibration), max_new_tokens, key, path)
+    by_question, key, _ = cached_trajectories(target, prompts, load_questions(calibration), max_new_tokens, template,
+                                              root / "calibration")
     return [trajectory for turns in by_question for trajectory in turns], key

@@ -1,10 +1,10 @@
 """Greedy trajectories of a question set, recorded once and kept under ``$SPECBENCH_CACHE``.
 
 A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
-chat template, the token cap and the questions, so the cache key holds all of these. Both users of
-trajectories go through here: `--tree-budget auto`'s calibration set (keyed by its file's hash) and
-`specbench replay` (keyed by the selected questions' content, so `--limit` and `--categories` are part
-of it). A second replay of the same questions, with other drafters, budgets or options, then costs the
+chat template, the token cap and the questions, so the cache key holds all of these (the questions by
+their content: `--limit` and `--categories` are part of it, a file's path is not). Both users of
+trajectories go through here: `--tree-budget auto`'s calibration set and `specbench replay`. `cached_json`
+keeps what is computed from them (`auto`'s replayed curves and loop timing) under keys of the same kind. A second replay of the same questions, with other drafters, budgets or options, then costs the
 drafters alone: recording is the one step that runs the target (about 4 minutes for MT-bench limit 2 on
 the 2-core CPU).
 
@@ -16,6 +16,7 @@ the states a run would).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 
@@ -25,15 +26,26 @@ from specbench.questions import Question
 from specbench.replay import Trajectory, question_trajectories
 
 
-def trajectory_key(target, max_new_tokens: int, template: str | None, **source: str) -> dict:
-    """What a set of trajectories depends on; ``source`` names the questions (a file hash, a content hash)."""
+def trajectory_key(target, questions: list[Question], max_new_tokens: int, template: str | None) -> dict:
+    """What the trajectories of ``questions`` depend on."""
     return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
             "device": target.device.type, "dtype": str(target.dtype).removeprefix("torch."), "template": template,
-            "max_new_tokens": max_new_tokens, "turns": "all", **source}
+            "max_new_tokens": max_new_tokens, "turns": "all", "questions": questions_digest(questions)}
 
 
 def key_digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cached_json(path: Path, key: dict, compute):
+    """The ``value`` stored in ``path`` (a JSON file ``{"key": key, "value": ...}``), else ``compute()``
+    written there first. ``path`` is named by the key's digest, so a changed key is a new file."""
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))["value"]
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "value": value}, indent=1, default=str) + "\n", encoding="utf-8")
+    return value
 
 
 def questions_digest(questions: list[Question]) -> str:
@@ -42,29 +54,29 @@ def questions_digest(questions: list[Question]) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def cached_trajectories(target, prompts, questions: list[Question], max_new_tokens: int, key: dict,
-                        path: Path) -> list[list[Trajectory]]:
-    """One list of per-turn trajectories per question, read from ``path`` or recorded and written there
-    (atomically, so an interrupted recording leaves no file). ``prompts`` is the run's `PromptBuilder`."""
+def cached_trajectories(target, prompts, questions: list[Question], max_new_tokens: int, template: str | None,
+                        directory: Path) -> tuple[list[list[Trajectory]], dict, Path]:
+    """(one list of per-turn trajectories per question, the cache key, the file): read from ``directory``
+    or recorded and written there (atomically, so an interrupted recording leaves no file). ``prompts`` is
+    the run's `PromptBuilder`, built with ``template``."""
+    key = trajectory_key(target, questions, max_new_tokens, template)
+    path = directory / f"trajectories-{target.name}-{key_digest(key)}.pt"
     if path.exists():
-        stored = torch.load(path, weights_only=True)
-        flat = [Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device, target.dtype))
-                for t in stored]  # float32 on disk holds bf16/fp16 states exactly: back to what a run sees
-        if len(flat) == sum(len(q.turns) for q in questions):
-            turns = iter(flat)
-            return [[next(turns) for _ in q.turns] for q in questions]
+        stored = iter(torch.load(path, weights_only=True))  # flat, question by question and turn by turn
+        return [[Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device, target.dtype))
+                 for t in itertools.islice(stored, len(q.turns))]  # float32 on disk holds bf16 exactly
+                for q in questions], key, path
     recorded = [question_trajectories(target, prompts, question, max_new_tokens) for question in questions]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save([{"prompt": t.prompt, "continuation": t.continuation, "hidden": t.hidden.float().cpu()}
                 for turns in recorded for t in turns], tmp)
     tmp.replace(path)
-    return recorded
+    return recorded, key, path
 
 
 def replay_trajectories(target, prompts, questions: list[Question], max_new_tokens: int, template: str | None,
                         root: Path) -> tuple[list[list[Trajectory]], Path]:
-    """`specbench replay`'s trajectories of ``questions``, cached under ``root/trajectories/``."""
-    key = trajectory_key(target, max_new_tokens, template, questions=questions_digest(questions))
-    path = root / "trajectories" / f"{target.name}-{key_digest(key)}.pt"
-    return cached_trajectories(target, prompts, questions, max_new_tokens, key, path), path
+    """`specbench replay`'s trajectories of ``questions`` (and their file), cached under ``root/trajectories/``."""
+    recorded, _, path = cached_trajectories(target, prompts, questions, max_new_tokens, template, root / "trajectories")
+    return recorded, path
