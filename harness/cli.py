@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from specbench.calibration import HELDOUT_PER_CATEGORY
 from specbench.errors import SpecbenchError
 from specbench.placement import STRATEGIES
 from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON
@@ -170,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "the verify-cost profile; greedy), or per drafter, e.g. hydra=4,medusa=3,auto")
     run.add_argument("--calibration", default=None, metavar="FILE",
                      help="question file `auto` calibrates on (default: the shipped 16 held-out ShareGPT prompts), "
-                          "or 'heldout': up to 2 questions per category of the benchmark that the run leaves out")
+                          f"or 'heldout': up to {HELDOUT_PER_CATEGORY} questions per category of the benchmark that "
+                          "the run leaves out")
     run.add_argument("--auto-budgets", type=_csv, default=None, metavar="N,N,...",
                      help="budgets `auto` chooses among (default: 1,2,3,4,6,8,12,16,24,32,48,64 up to the profile's largest)")
     run.add_argument("--repeats", type=int, default=1, help="time each turn N times, keep the median")

@@ -23,11 +23,13 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
 from specbench.questions import Question, load_questions, resolve_bench, select_questions
-from specbench.replay import Trajectory
-from specbench.trajectory_cache import cached_trajectories
+
+if TYPE_CHECKING:  # the CLI reads this module's constants; torch loads only when calibrating
+    from specbench.replay import Trajectory
 
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
@@ -76,6 +78,8 @@ def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens:
                              root: Path) -> tuple[list[Trajectory], dict]:
     """(one trajectory per turn of every calibration question, the cache key); recorded or read from the
     cache. ``prompts`` is the run's `PromptBuilder`."""
+    from specbench.trajectory_cache import cached_trajectories
+
     by_question, key, _ = cached_trajectories(target, prompts, load_questions(calibration), max_new_tokens, template,
                                               root / "calibration")
     return [trajectory for turns in by_question for trajectory in turns], key
