@@ -16,14 +16,11 @@ from specbench.drafter import DraftContext, TargetHandle
 from specbench.errors import DrafterOptionError
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache, build_module
-from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
+from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, MIN_BEAM, candidate_tree, prefix_beam_search, search_beam,
+                                              slot_candidates)
 from specbench.tree import DraftTree
 
 
-#: prefixes the beam keeps per slot by default: the tree budget, and at least this many. A beam narrower than
-#: the budget cannot fill the tree (beam 16 filled 20 of 32 nodes); 64 added 0.01 tau to ctc at budget 16
-#: (docs/ctc.md, "The search's width").
-MIN_BEAM = 32
 
 
 class CTCDrafter(CheckpointDrafter):
@@ -33,7 +30,7 @@ class CTCDrafter(CheckpointDrafter):
 
     method = "ctc"
 
-    def __init__(self, checkpoint: str | None = None, top_k: int = 8, beam: int | None = None,
+    def __init__(self, checkpoint: str | None = None, top_k: int = DEFAULT_TOP_K, beam: int | None = None,
                  min_prob: float = 1e-3, draft_vocab: int | None = None) -> None:
         super().__init__(checkpoint, draft_vocab)
         if top_k < 1 or (beam is not None and beam < 1) or not 0.0 <= min_prob < 1.0:
@@ -67,8 +64,7 @@ class CTCDrafter(CheckpointDrafter):
         tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob,
                                                 self.vocab.ids)
         with ctx.span("transform"):
-            beam = self.beam if self.beam is not None else max(MIN_BEAM, ctx.budget)
-            candidates = prefix_beam_search(tokens, probs, blanks, beam)
+            candidates = prefix_beam_search(tokens, probs, blanks, search_beam(self.beam, ctx.budget))
             return candidate_tree(ctx.root, candidates, ctx.budget)
 
 

@@ -258,3 +258,28 @@ def test_the_default_beam_covers_the_budget_and_search_settings_are_part_of_the_
     default = drafter.identity()
     drafter.top_k = 4
     assert drafter.identity() != default and "top_k=4" in drafter.identity()
+
+
+def test_offline_estimate_searches_as_the_drafter_does(llama_target, cache, monkeypatch):
+    """Training's offline tau uses the drafter's default search (top_k, and a beam of the budget, at least
+    `MIN_BEAM`), one search per distinct beam width, so a recipe's estimate describes the shipped drafter."""
+    import specbench.drafters.training.ctc as training
+
+    from specbench.drafters.ctc_module import build_module
+    from specbench.drafters.ctc_transform import DEFAULT_TOP_K, MIN_BEAM
+    from specbench.drafters.training.distill import iter_samples
+
+    beams: list[int] = []
+    search = training.prefix_beam_search
+    monkeypatch.setattr(training, "prefix_beam_search", lambda *a: beams.append(a[3]) or search(*a))
+    config = CTCTrainConfig(method="ctc", cache=str(cache), out="unused", num_slots=4, num_labels=2,
+                            eval_budgets=[2, 8, MIN_BEAM + 16])
+    assert config.top_k == CTCDrafter().top_k == DEFAULT_TOP_K and config.beam is None
+    module = build_module("ctc", llama_target.config.hidden_size, llama_target.config.num_attention_heads, 4)
+    metrics = training.evaluate(module, llama_target, list(iter_samples(cache, "heldout"))[:2], config)
+    anchors = metrics["heldout_anchors"]
+    assert anchors > 0 and len(beams) == 2 * anchors and set(beams) == {MIN_BEAM, MIN_BEAM + 16}
+    config.beam = 5
+    beams.clear()
+    training.evaluate(module, llama_target, list(iter_samples(cache, "heldout"))[:2], config)
+    assert set(beams) == {5} and len(beams) == anchors

@@ -27,7 +27,8 @@ from torch import nn
 
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
-from specbench.drafters.ctc_transform import candidate_tree, prefix_beam_search, slot_candidates
+from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, candidate_tree, prefix_beam_search, search_beam,
+                                              slot_candidates)
 from specbench.drafters.training.common import autocast, sample_training_data, train_on_samples, write_trained
 from specbench.drafters.training.distill import Sample
 from specbench.errors import SpecbenchError
@@ -56,9 +57,9 @@ class CTCTrainConfig:
     seed: int = 0
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
     train_vocab: int = 0  # > 0: slots score only the N most frequent tokens (+ blank) in training
-    # transform settings of the offline acceptance estimate (the drafter's defaults)
-    top_k: int = 4
-    beam: int = 16
+    # transform settings of the offline acceptance estimate (the drafter's defaults; beam None: per budget)
+    top_k: int = DEFAULT_TOP_K
+    beam: int | None = None
     min_prob: float = 1e-3
     eval_budgets: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
 
@@ -157,8 +158,12 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
             began = time.perf_counter()
             tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob,
                                                     vocab.ids if vocab is not None else None)
-            candidates = prefix_beam_search(tokens, probs, blanks, config.beam)
-            trees = {b: candidate_tree(ids[s + 1], candidates, b) for b in config.eval_budgets}
+            searched: dict[int, list] = {}  # candidates by beam width (one search per distinct width)
+            for b in config.eval_budgets:
+                beam = search_beam(config.beam, b)
+                if beam not in searched:
+                    searched[beam] = prefix_beam_search(tokens, probs, blanks, beam)
+            trees = {b: candidate_tree(ids[s + 1], searched[search_beam(config.beam, b)], b) for b in config.eval_budgets}
             transform_s += time.perf_counter() - began
             truth = ids[s + 2 : s + 2 + horizon]
             for b, tree in trees.items():
