@@ -21,8 +21,6 @@ from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, MIN_BEAM, candidate
 from specbench.tree import DraftTree
 
 
-
-
 class CTCDrafter(CheckpointDrafter):
     """Options: ``checkpoint`` (path stem), ``top_k`` tokens per slot, ``beam`` prefixes kept per slot
     (default: the tree budget, at least `MIN_BEAM`), ``min_prob`` (slot tokens below it are skipped),

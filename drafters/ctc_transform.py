@@ -21,6 +21,8 @@ import torch
 
 from specbench.tree import DraftTree
 
+Candidates = list[tuple[tuple[int, ...], float]]
+
 #: the search's defaults, shared by the drafters and training's offline estimate (docs/ctc.md, "The
 #: search's width"): tokens kept per slot, and the fewest prefixes the beam keeps per slot
 DEFAULT_TOP_K = 8
@@ -31,8 +33,6 @@ def search_beam(beam: int | None, budget: int) -> int:
     """Prefixes the search keeps per slot for a tree of ``budget`` nodes: ``beam`` when given, else the
     budget and at least `MIN_BEAM` (64 added 0.01 tau to ctc at budget 16 over 32)."""
     return beam if beam is not None else max(MIN_BEAM, budget)
-
-Candidates = list[tuple[tuple[int, ...], float]]
 
 
 def collapse(alignment: Sequence[int], blank: int) -> tuple[int, ...]:

@@ -146,6 +146,7 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
     horizon = max(config.num_slots, config.num_labels)
     losses, accepted = [], {b: [] for b in config.eval_budgets}
     transform_s, anchors_seen = 0.0, 0
+    beams = {b: search_beam(config.beam, b) for b in config.eval_budgets}  # one search per distinct width
     for sample in samples:
         loss_anchors = anchors_of(sample, config.num_labels)  # the loss's anchors; those with the whole
         if len(loss_anchors) == 0:  # horizon known (scored below) are its first ones
@@ -158,12 +159,8 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
             began = time.perf_counter()
             tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob,
                                                     vocab.ids if vocab is not None else None)
-            searched: dict[int, list] = {}  # candidates by beam width (one search per distinct width)
-            for b in config.eval_budgets:
-                beam = search_beam(config.beam, b)
-                if beam not in searched:
-                    searched[beam] = prefix_beam_search(tokens, probs, blanks, beam)
-            trees = {b: candidate_tree(ids[s + 1], searched[search_beam(config.beam, b)], b) for b in config.eval_budgets}
+            searched = {beam: prefix_beam_search(tokens, probs, blanks, beam) for beam in set(beams.values())}
+            trees = {b: candidate_tree(ids[s + 1], searched[beams[b]], b) for b in config.eval_budgets}
             transform_s += time.perf_counter() - began
             truth = ids[s + 2 : s + 2 + horizon]
             for b, tree in trees.items():
