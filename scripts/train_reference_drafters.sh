@@ -9,10 +9,14 @@
 #
 # Usage: scripts/train_reference_drafters.sh WORK_DIR
 # Environment: DEVICE (cuda), SPECBENCH (python3 -m specbench), TOKENS (the committed token cache),
-#              TRAIN (all), HELDOUT (64), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names).
+#              TRAIN (all), HELDOUT (64), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names),
+#              HIDDEN_BATCH (sequences per hidden-state forward: 64 on a GPU, 16 on a CPU, where one batch per
+#              shard pads every sequence to the shard's longest and runs 1.8x slower), THREADS (per job: 1).
+# On a CPU, one job at a time:  DEVICE=cpu THREADS=2 ONLY='^ctc-t5n3$' scripts/train_reference_drafters.sh DIR
 set -euo pipefail
 work=${1:?usage: $0 WORK_DIR}
 device=${DEVICE:-cuda}
+hidden_batch=${HIDDEN_BATCH:-$([[ $device == cpu ]] && echo 16 || echo 64)}
 read -r -a sb <<< "${SPECBENCH:-python3 -m specbench}"
 tokens=${TOKENS:-data/distill-tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}
 cache=$work/cache
@@ -23,14 +27,14 @@ echo "$(date +%T) distill: responses"
 "${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --tokens-only --batch-size "${GEN_BATCH:-640}" \
     --out "$tokens" > "$work/logs/distill-tokens.log" 2>&1
 echo "$(date +%T) distill: hidden states"
-"${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --batch-size 64 --tokens-from "$tokens" \
+"${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --batch-size "$hidden_batch" --tokens-from "$tokens" \
     --out "$cache" > "$work/logs/distill-hidden.log" 2>&1
 
 counts=$(python3 -c "import json, sys; c = json.load(open(sys.argv[1]))['counts']['train']; print(c['response_tokens'], c['samples'])" "$cache/manifest.json")
 read -r positions samples <<< "$counts"
 echo "$(date +%T) cache: $positions response tokens, $samples samples"
 
-train=(train --model default --cache "$cache" --device "$device" --threads 1 --no-progress)
+train=(train --model default --cache "$cache" --device "$device" --threads "${THREADS:-1}" --no-progress)
 jobs=(
   # name                     arguments
   "medusa-full               medusa --epochs 2"

@@ -146,3 +146,6 @@ def test_batches_spanning_shards_make_the_same_cache(target, tmp_path):
         assert all(torch.equal(a[key], b[key]) for key in a)
     assert [s["token_shards_made"] for s in wide["sittings"]] == [1, 3]  # shard 0, then 1-2 and the held-out one
     assert wide["sittings"][0]["device"] == "cpu" and wide["sittings"][0]["batch_size"] == 5
+    finished = (tmp_path / "wide" / "manifest.json").read_bytes()
+    run_distill(config("wide", 3), target, prompts, progress=False, tokens_only=True)  # nothing left to make
+    assert (tmp_path / "wide" / "manifest.json").read_bytes() == finished

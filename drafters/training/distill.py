@@ -209,7 +209,15 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
     sitting = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "device": str(target.device),
                "dtype": str(target.dtype).removeprefix("torch."), "batch_size": config.batch_size,
                "token_shards_made": 0, "shards_made": 0}
-    manifest.setdefault("sittings", []).append(sitting)  # where and how each part of the cache was made
+    manifest.setdefault("sittings", [])  # where and how each part of the cache was made
+
+    def count_made(kind: str) -> None:
+        """Count a file this sitting made; the sitting is recorded with its first, so resuming a finished
+        cache (e.g. a committed token cache) leaves its manifest as it was."""
+        if sitting["token_shards_made"] + sitting["shards_made"] == 0:
+            manifest["sittings"].append(sitting)
+        sitting[kind] += 1
+
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "manifest.json", manifest)
     from tqdm import tqdm
@@ -235,7 +243,7 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
             counts["samples"] += len(tokens["prompt_lens"])
             counts["tokens"] += int(tokens["input_ids"].numel())
             counts["response_tokens"] += int(tokens["input_ids"].numel() - tokens["prompt_lens"].sum())
-            sitting["token_shards_made"] += 1
+            count_made("token_shards_made")
             write_json(out / "manifest.json", manifest)
 
         for number, chunk in enumerate(chunks):
@@ -265,7 +273,7 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
                 save_atomic(add_hidden(target, tokens, config), out / shard_file)
                 manifest["shards"][split].append(shard_file)
                 counts["hidden_seconds"] += time.perf_counter() - began
-                sitting["shards_made"] += 1
+                count_made("shards_made")
                 write_json(out / "manifest.json", manifest)
             bar.update(len(chunk))
         bar.close()
