@@ -3,10 +3,11 @@
 A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
 chat template, the token cap and the questions, so the cache key holds all of these (the questions by
 their content: `--limit` and `--categories` are part of it, a file's path is not). Both users of
-trajectories go through here: `--tree-budget auto`'s calibration set and `specbench replay`. `cached_json`
-keeps what is computed from them (`auto`'s replayed curves and loop timing) under keys of the same kind. A second replay of the same questions, with other drafters, budgets or options, then costs the
-drafters alone: recording is the one step that runs the target (about 4 minutes for MT-bench limit 2 on
-the 2-core CPU).
+trajectories go through here: `--tree-budget auto`'s calibration set and `specbench replay`.
+`cached_json` keeps what is computed from them (`auto`'s replayed curves and loop timing) under keys of
+the same kind. A second replay of the same questions, with other drafters, budgets or options, then
+costs the drafters alone: recording is the one step that runs the target (about 4 minutes for MT-bench
+limit 2 on the 2-core CPU).
 
 Files are a flat list, question by question and turn by turn, of ``{prompt, continuation, hidden}``
 (hidden states in float32 on the CPU, read back in the target's dtype: replay must hand a drafter exactly

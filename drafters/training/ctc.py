@@ -146,7 +146,8 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
     horizon = max(config.num_slots, config.num_labels)
     losses, accepted = [], {b: [] for b in config.eval_budgets}
     transform_s, anchors_seen = 0.0, 0
-    beams = {b: search_beam(config.beam, b) for b in config.eval_budgets}  # one search per distinct width
+    beams = {b: search_beam(config.beam, b) for b in config.eval_budgets}
+    widths = set(beams.values())  # one search per distinct width
     for sample in samples:
         loss_anchors = anchors_of(sample, config.num_labels)  # the loss's anchors; those with the whole
         if len(loss_anchors) == 0:  # horizon known (scored below) are its first ones
@@ -159,7 +160,7 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
             began = time.perf_counter()
             tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob,
                                                     vocab.ids if vocab is not None else None)
-            searched = {beam: prefix_beam_search(tokens, probs, blanks, beam) for beam in set(beams.values())}
+            searched = {beam: prefix_beam_search(tokens, probs, blanks, beam) for beam in widths}
             trees = {b: candidate_tree(ids[s + 1], searched[beams[b]], b) for b in config.eval_budgets}
             transform_s += time.perf_counter() - began
             truth = ids[s + 2 : s + 2 + horizon]
