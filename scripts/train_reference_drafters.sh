@@ -51,6 +51,10 @@ jobs=(
   # session 6: stronger head variants at the whole cache (Hydra++'s prefix layer; two-layer Medusa heads)
   "hydrapp-v8k-e4            hydra --epochs 4 --train-vocab 8192 --prefix-heads 9"
   "medusa-2l-v8k-e4          medusa --epochs 4 --train-vocab 8192 --num-layers 2"
+  # session 16: ctc at 8 epochs (32 anchors per sample per epoch: 4 epochs cover each sample's positions
+  # ~1.1 times, against hydra's 4; training.md "T and N at the whole cache")
+  "ctc-t4n2-e8               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
+  "ctc-ce-t4n2-e8            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")

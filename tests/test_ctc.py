@@ -22,7 +22,7 @@ from specbench.drafters import ctc_transform
 from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
 from specbench.drafters.ctc_transform import candidate_tree, collapse, prefix_beam_search, slot_candidates
-from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, train_ctc
+from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, rescore, train_ctc
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
 from specbench.tree import DraftTree
@@ -237,6 +237,19 @@ def test_training_over_a_cut_vocabulary(method, drafter_class, llama_target, cac
     drafter = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=24)
     result = generate(llama_target, drafter, [5, 17, 42, 8], max_new_tokens=30, budget=8)
     assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 30, llama_target.eos_ids)
+    # scored again (as scripts/ctc_offline_tau.py does): the same search gives the recorded metrics (the
+    # held-out loss up to float rounding, ~1e-5 relative between the trained and the reloaded module)
+    rescored = rescore(tmp_path / method, cache, llama_target, budgets=[2, 6])
+    recorded = recipe["metrics"]
+    assert rescored["heldout_tau_by_budget"] == recorded["heldout_tau_by_budget"]
+    assert rescored["heldout_anchors"] == recorded["heldout_anchors"]
+    assert rescored["heldout_loss"] == pytest.approx(recorded["heldout_loss"], rel=1e-4)
+
+
+def test_rescore_refuses_a_checkpoint_of_another_method(llama_target, cache, tmp_path):
+    (tmp_path / "heads.json").write_text(json.dumps({"method": "medusa"}))
+    with pytest.raises(SpecbenchError, match="not a ctc or ctc-ce checkpoint"):
+        rescore(tmp_path / "heads", cache, llama_target)
 
 
 def test_the_default_beam_covers_the_budget_and_search_settings_are_part_of_the_identity(llama_target, drafter_for,

@@ -18,6 +18,7 @@ target's true continuation, for several tree budgets (what greedy verification w
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +26,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specbench.checkpoint import checkpoint_files
+from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, candidate_tree, prefix_beam_search, search_beam,
                                               slot_candidates)
-from specbench.drafters.training.common import autocast, sample_training_data, train_on_samples, write_trained
-from specbench.drafters.training.distill import Sample
+from specbench.drafters.training.common import (autocast, checked_manifest, sample_training_data, train_on_samples,
+                                                write_trained)
+from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
 from specbench.tree import DraftTree
@@ -195,3 +199,26 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
                          num_heads=target.config.num_attention_heads)
+
+
+def rescore(stem: Path, cache: Path, target: TargetModel, budgets: list[int] | None = None) -> dict:
+    """Held-out loss and offline tau of a trained ctc/ctc-ce checkpoint on ``cache``'s held-out split,
+    searched with today's defaults, so that checkpoints whose recipes were scored with another search
+    (before 2026-11-24: top_k 4, beam 16) compare on equal terms. The checkpoint and its recipe stay as
+    they are; the slots score the draft vocabulary its recorded held-out metrics were scored over."""
+    recipe_path = checkpoint_files(stem)[1]
+    if not recipe_path.is_file():
+        raise SpecbenchError(f"{stem}: no checkpoint recipe {recipe_path}")
+    recipe = json.loads(recipe_path.read_text(encoding="utf-8"))
+    drafters = {"ctc": CTCDrafter, "ctc-ce": CTCCrossEntropyDrafter}
+    if recipe.get("method") not in drafters:
+        raise SpecbenchError(f"{stem}: not a ctc or ctc-ce checkpoint ({recipe_path.name}: method {recipe.get('method')})")
+    checked_manifest(Path(cache), target)
+    drafter = drafters[recipe["method"]](checkpoint=str(stem), draft_vocab=recipe["metrics"].get("heldout_vocab"))
+    drafter.reset(target.handle)
+    hyper = recipe["hyperparameters"]
+    config = CTCTrainConfig(method=recipe["method"], cache=str(cache), out=str(stem), num_slots=hyper["num_slots"],
+                            num_labels=hyper["num_labels"])
+    if budgets:
+        config.eval_budgets = list(budgets)
+    return evaluate(drafter.module, target, list(iter_samples(Path(cache), "heldout")), config, drafter.vocab)
