@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.checkpoint import checkpoint_files
 from specbench.drafters.training.ctc import rescore
 from specbench.errors import SpecbenchError
 from specbench.model import load_target
@@ -40,7 +41,7 @@ def main() -> None:
         target = load_target(args.model, "cpu", "float32")
         for stem in args.stems:
             metrics = rescore(Path(stem), Path(args.cache), target, args.budgets)
-            recipe = json.loads(Path(stem + ".json").read_text(encoding="utf-8"))
+            recipe = json.loads(checkpoint_files(Path(stem))[1].read_text(encoding="utf-8"))
             print(json.dumps({"checkpoint": Path(stem).name, "heldout_anchors": metrics["heldout_anchors"],
                               "heldout_loss": metrics["heldout_loss"],
                               "tau_recorded": recipe["metrics"]["heldout_tau_by_budget"],

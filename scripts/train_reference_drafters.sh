@@ -51,8 +51,8 @@ jobs=(
   # session 6: stronger head variants at the whole cache (Hydra++'s prefix layer; two-layer Medusa heads)
   "hydrapp-v8k-e4            hydra --epochs 4 --train-vocab 8192 --prefix-heads 9"
   "medusa-2l-v8k-e4          medusa --epochs 4 --train-vocab 8192 --num-layers 2"
-  # session 16: ctc at 8 epochs (32 anchors per sample per epoch: 4 epochs cover each sample's positions
-  # ~1.1 times, against hydra's 4; training.md "T and N at the whole cache")
+  # session 16: ctc at 8 epochs. With 32 anchors per sample per epoch (~113 response tokens a sample), 4
+  # epochs train each position ~1.1 times, where hydra's 4 epochs train every position 4 times.
   "ctc-t4n2-e8               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
   "ctc-ce-t4n2-e8            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
 )
