@@ -1,6 +1,8 @@
 """Score ctc/ctc-ce checkpoints again on a distillation cache's held-out split with today's search
-defaults (held-out loss and offline tau by budget), so checkpoints whose recipes were scored with another
-search compare on equal terms; nothing is written (`training.ctc.rescore`).
+defaults: held-out loss, and offline tau by budget both as a mean over anchors and as the decode walk
+(what a greedy replay of the held-out responses accepts). Checkpoints whose recipes were scored with
+another search, or before the walk existed, then compare on equal terms; nothing is written
+(`training.ctc.rescore`).
 
     python scripts/ctc_offline_tau.py --cache DIR STEM [STEM ...] [--budgets 4,8,16,32] [--model default] [--threads 2]
 """
@@ -45,7 +47,8 @@ def main() -> None:
             print(json.dumps({"checkpoint": Path(stem).name, "heldout_anchors": metrics["heldout_anchors"],
                               "heldout_loss": metrics["heldout_loss"],
                               "tau_recorded": recipe["metrics"]["heldout_tau_by_budget"],
-                              "tau_now": metrics["heldout_tau_by_budget"]}))
+                              "tau_now": metrics["heldout_tau_by_budget"],
+                              "walk_tau_now": metrics["heldout_walk_tau_by_budget"]}))
     except SpecbenchError as error:
         print(f"ctc_offline_tau: error: {error}", file=sys.stderr)
         sys.exit(2)

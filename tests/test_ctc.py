@@ -24,7 +24,9 @@ from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
 from specbench.drafters.ctc_transform import candidate_tree, collapse, prefix_beam_search, slot_candidates
 from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, rescore, train_ctc
 from specbench.errors import SpecbenchError
+from specbench.drafters.training.distill import iter_samples
 from specbench.harness.loop import generate
+from specbench.replay import Trajectory, TrajectoryTarget
 from specbench.tree import DraftTree
 
 BLANK = -1
@@ -172,6 +174,16 @@ def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_
             result = generate(llama_target, drafter, prompt, max_new_tokens=30, budget=budget)
             assert result.output_ids == plain_greedy(llama_target.model, prompt, 30, llama_target.eos_ids)
     assert (drafter.module.blank is not None) == (method == "ctc")
+    # the recorded decode-walk tau is what a greedy replay of the held-out responses accepts
+    walk = recipe["metrics"]["heldout_walk_tau_by_budget"]
+    assert set(walk) == {"2", "6"} and all(1.0 <= walk[b] <= 1 + 4 for b in walk)
+    for budget in (2, 6):
+        replayed = [step.accepted for sample in iter_samples(cache, "heldout") for step in generate(
+            TrajectoryTarget(llama_target, Trajectory(sample.input_ids[: sample.prompt_len],
+                                                      sample.input_ids[sample.prompt_len:], sample.hidden.float())),
+            drafter, sample.input_ids[: sample.prompt_len].tolist(), len(sample.input_ids) - sample.prompt_len,
+            budget).steps]
+        assert sum(replayed) / len(replayed) == pytest.approx(walk[str(budget)])
     # a draft vocabulary of the 6 most frequent tokens: every proposed token is one of them, output exact
     cut = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=6)
     proposed: set[int] = set()
@@ -206,7 +218,6 @@ def test_drafter_refuses_to_skip_reset(llama_target, drafter_for):
 def test_anchor_subsets_are_seeded_and_keep_everything_when_large(llama_target, cache):
     from specbench.drafters.ctc_module import build_module
     from specbench.drafters.training.ctc import sample_loss
-    from specbench.drafters.training.distill import iter_samples
 
     sample = next(iter_samples(cache, "train"))
     module = build_module("ctc", 32, 4, 4)
@@ -280,7 +291,6 @@ def test_offline_estimate_searches_as_the_drafter_does(llama_target, cache, monk
 
     from specbench.drafters.ctc_module import build_module
     from specbench.drafters.ctc_transform import DEFAULT_TOP_K, MIN_BEAM
-    from specbench.drafters.training.distill import iter_samples
 
     beams: list[int] = []
     search = training.prefix_beam_search
@@ -289,10 +299,12 @@ def test_offline_estimate_searches_as_the_drafter_does(llama_target, cache, monk
                             eval_budgets=[2, 8, MIN_BEAM + 16])
     assert config.top_k == CTCDrafter().top_k == DEFAULT_TOP_K and config.beam is None
     module = build_module("ctc", llama_target.config.hidden_size, llama_target.config.num_attention_heads, 4)
-    metrics = training.evaluate(module, llama_target, list(iter_samples(cache, "heldout"))[:2], config)
-    anchors = metrics["heldout_anchors"]
-    assert anchors > 0 and len(beams) == 2 * anchors and set(beams) == {MIN_BEAM, MIN_BEAM + 16}
+    samples = list(iter_samples(cache, "heldout"))[:2]
+    metrics = training.evaluate(module, llama_target, samples, config)
+    roots = sum(len(training.anchors_of(sample, 1)) for sample in samples)  # every root of the decode walk
+    assert 0 < metrics["heldout_anchors"] < roots
+    assert len(beams) == 2 * roots and set(beams) == {MIN_BEAM, MIN_BEAM + 16}
     config.beam = 5
     beams.clear()
-    training.evaluate(module, llama_target, list(iter_samples(cache, "heldout"))[:2], config)
-    assert set(beams) == {5} and len(beams) == anchors
+    training.evaluate(module, llama_target, samples, config)
+    assert set(beams) == {5} and len(beams) == roots

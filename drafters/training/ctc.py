@@ -12,8 +12,9 @@ next tokens x_{s+2} .. x_{s+1+N}:
 
 All anchors of a sample go through one forward (a mask keeps each anchor's slots to its own context).
 AdamW, warm-up then cosine; one checkpoint per epoch (resumable). The recipe records held-out loss and
-an offline acceptance estimate: the CTC transform's tree for each held-out anchor, walked along the
-target's true continuation, for several tree budgets (what greedy verification would accept).
+an offline acceptance estimate per tree budget: the CTC transform's tree at each held-out position, walked
+along the target's true continuation (what greedy verification would accept), averaged over anchors and
+over the steps of a decode walk (`evaluate`).
 """
 
 from __future__ import annotations
@@ -144,38 +145,62 @@ def accepted_length(tree: DraftTree, truth: list[int]) -> int:
 @torch.no_grad()
 def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sample], config: CTCTrainConfig,
              vocab: DraftVocab | None = None) -> dict:
-    """Held-out loss and offline acceptance (tau per tree budget) of the transform's trees, the slots
-    scoring ``vocab`` (default: all tokens) as the drafter will at run time."""
+    """Held-out loss and offline acceptance of the transform's trees per tree budget, the slots scoring
+    ``vocab`` (default: all tokens) as the drafter will at run time. Two acceptance figures:
+
+    - ``heldout_tau_by_budget``: the mean over anchors (positions with the whole horizon known) of the
+      tokens the tree would emit there;
+    - ``heldout_walk_tau_by_budget``: the decode walk, tokens per step when the drafter decodes the
+      held-out responses as the loop does (a step at root x_{s+1} emits its accepted drafts and the bonus,
+      none past the response's end; the next step is rooted at the bonus). Decoding skips the positions
+      inside an accepted run, so the walk weights hard positions as a greedy replay does, and is lower.
+    """
     module.eval()
     horizon = max(config.num_slots, config.num_labels)
     losses, accepted = [], {b: [] for b in config.eval_budgets}
-    transform_s, anchors_seen = 0.0, 0
+    walk_tokens, walk_steps = dict.fromkeys(config.eval_budgets, 0), dict.fromkeys(config.eval_budgets, 0)
+    transform_s, transformed, anchors_seen = 0.0, 0, 0
     beams = {b: search_beam(config.beam, b) for b in config.eval_budgets}
     widths = set(beams.values())  # one search per distinct width
     for sample in samples:
-        loss_anchors = anchors_of(sample, config.num_labels)  # the loss's anchors; those with the whole
-        if len(loss_anchors) == 0:  # horizon known (scored below) are its first ones
+        positions = anchors_of(sample, 1)  # every root a decode step can have (a token left to emit)
+        if len(positions) == 0:
             continue
-        logits = sequence_logits(module, target, sample, loss_anchors, vocab)  # [A, T, C], one forward for both
-        losses.append(anchor_loss(module, logits, sample, loss_anchors, config.num_labels, vocab).item())
-        anchors = anchors_of(sample, horizon)
+        logits = sequence_logits(module, target, sample, positions, vocab)  # [P, T, C], one forward for all
+        loss_anchors = len(anchors_of(sample, config.num_labels))  # the loss's anchors are the first ones,
+        if loss_anchors:  # then those with the whole horizon known (the mean over anchors)
+            losses.append(anchor_loss(module, logits[:loss_anchors], sample, positions[:loss_anchors],
+                                      config.num_labels, vocab).item())
+        scored = len(anchors_of(sample, horizon))
         ids = sample.input_ids.tolist()
-        for row, s in zip(logits[: len(anchors)], anchors.tolist()):
+        emitted: dict[int, list[int]] = {b: [] for b in config.eval_budgets}  # per position, as decoding would
+        for index, (row, s) in enumerate(zip(logits, positions.tolist())):
             began = time.perf_counter()
             tokens, probs, blanks = slot_candidates(row, module.blank is not None, config.top_k, config.min_prob,
                                                     vocab.ids if vocab is not None else None)
             searched = {beam: prefix_beam_search(tokens, probs, blanks, beam) for beam in widths}
             trees = {b: candidate_tree(ids[s + 1], searched[beams[b]], b) for b in config.eval_budgets}
             transform_s += time.perf_counter() - began
-            truth = ids[s + 2 : s + 2 + horizon]
+            transformed += 1
+            truth = ids[s + 2 : s + 2 + horizon]  # shorter near the response's end
             for b, tree in trees.items():
-                accepted[b].append(accepted_length(tree, truth))
-            anchors_seen += 1
+                length = accepted_length(tree, truth)
+                emitted[b].append(min(length, len(ids) - 2 - s))  # no bonus past the last token
+                if index < scored:
+                    accepted[b].append(length)
+            anchors_seen += index < scored
+        for b, lengths in emitted.items():
+            index = 0
+            while index < len(lengths):
+                walk_tokens[b] += lengths[index]
+                walk_steps[b] += 1
+                index += lengths[index]
     return {
         "heldout_loss": sum(losses) / max(1, len(losses)),
         "heldout_anchors": anchors_seen,
         "heldout_tau_by_budget": {str(b): sum(v) / max(1, len(v)) for b, v in accepted.items()},
-        "transform_ms_per_anchor": 1000 * transform_s / max(1, anchors_seen) / len(config.eval_budgets),
+        "heldout_walk_tau_by_budget": {str(b): walk_tokens[b] / max(1, walk_steps[b]) for b in config.eval_budgets},
+        "transform_ms_per_anchor": 1000 * transform_s / max(1, transformed) / len(config.eval_budgets),
     }
 
 
@@ -202,9 +227,10 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
 
 
 def rescore(stem: Path, cache: Path, target: TargetModel, budgets: list[int] | None = None) -> dict:
-    """Held-out loss and offline tau of a trained ctc/ctc-ce checkpoint on ``cache``'s held-out split,
-    searched with today's defaults, so that checkpoints whose recipes were scored with another search
-    (before 2026-11-24: top_k 4, beam 16) compare on equal terms. The checkpoint and its recipe stay as
+    """Held-out loss and offline tau (`evaluate`: mean over anchors and decode walk) of a trained ctc/ctc-ce
+    checkpoint on ``cache``'s held-out split, searched with today's defaults, so that checkpoints whose
+    recipes were scored with another search (before 2026-11-24: top_k 4, beam 16) or before the walk
+    existed compare on equal terms. The checkpoint and its recipe stay as
     they are; the slots score the draft vocabulary its recorded held-out metrics were scored over."""
     recipe_path = checkpoint_files(stem)[1]
     if not recipe_path.is_file():
