@@ -636,8 +636,8 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
                             seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab)
     recipe = train_ctc(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
-    taus = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_tau_by_budget"].items())
-    return f"held-out loss {metrics['heldout_loss']:.3f}, offline tau by tree budget {{{taus}}}", recipe["training_seconds"]
+    walks = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_walk_tau_by_budget"].items())
+    return f"held-out loss {metrics['heldout_loss']:.3f}, decode-walk tau by tree budget {{{walks}}}", recipe["training_seconds"]
 
 
 def _train_eagle(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:

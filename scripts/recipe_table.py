@@ -1,8 +1,8 @@
 """One row per training recipe (``*.json`` next to a checkpoint) in the given folders: data size, epochs,
 time, held-out top-1 per head or slot, and the offline tau at a tree budget (heads: the static tree's
 expected acceptance from the held-out per-rank accuracies; ctc: the held-out walk of the CTC transform's
-tree; eagle: its greedy chain's held-out accuracy by depth and expected length), and for medusa/hydra
-recipes that record it, the decode-walk tau (tokens per step of the drafter's tree decoding the held-out
+tree, a mean over anchors; eagle: its greedy chain's held-out accuracy by depth and expected length), and
+for medusa, hydra and ctc recipes that record it, the decode-walk tau (tokens per step of the drafter's tree decoding the held-out
 responses, positions weighted as decoding visits them: what a replay measures; see
 `static_tree.decode_walk_tau`). Offline tau averages over positions (ctc) or assumes independent depths
 (heads), and both run above the walk. Used for the learning-curve and recipe-choice tables in docs/training.md.
@@ -44,7 +44,7 @@ def row(path: Path, budget: int) -> str:
     else:
         quality = f"loss {metrics['heldout_loss']:.3f}"
     tau = offline_tau(recipe, budget)
-    walk = metrics.get("heldout_walk_tau", {}).get(str(budget))
+    walk = metrics.get("heldout_walk_tau", metrics.get("heldout_walk_tau_by_budget", {})).get(str(budget))  # heads, ctc
     seconds = recipe.get("training_seconds", 0.0)
     return (f"| {path.stem} | {recipe['method']} | {size:,} {unit} | {hyper['epochs']} | {seconds:,.0f} s | "
             f"{quality} | {'-' if tau is None else f'{tau:.3f}'} | {'-' if walk is None else f'{walk:.3f}'} |")
