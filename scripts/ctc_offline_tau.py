@@ -16,8 +16,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.checkpoint import checkpoint_files
-from specbench.drafters.training.ctc import rescore
+from specbench.drafters.training.ctc import ctc_recipe, rescore
 from specbench.errors import SpecbenchError
 from specbench.model import load_target
 
@@ -40,10 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     try:
+        recipes = {stem: ctc_recipe(Path(stem)) for stem in args.stems}  # every stem checked before the model loads
         target = load_target(args.model, "cpu", "float32")
-        for stem in args.stems:
+        for stem, recipe in recipes.items():
             metrics = rescore(Path(stem), Path(args.cache), target, args.budgets)
-            recipe = json.loads(checkpoint_files(Path(stem))[1].read_text(encoding="utf-8"))
             print(json.dumps({"checkpoint": Path(stem).name, "heldout_anchors": metrics["heldout_anchors"],
                               "heldout_loss": metrics["heldout_loss"],
                               "tau_recorded": recipe["metrics"]["heldout_tau_by_budget"],

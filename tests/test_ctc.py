@@ -10,6 +10,9 @@ import itertools
 import json
 import math
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -261,6 +264,20 @@ def test_rescore_refuses_a_checkpoint_of_another_method(llama_target, cache, tmp
     (tmp_path / "heads.json").write_text(json.dumps({"method": "medusa"}))
     with pytest.raises(SpecbenchError, match="not a ctc or ctc-ce checkpoint"):
         rescore(tmp_path / "heads", cache, llama_target)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["heads"], "not a ctc or ctc-ce checkpoint"),
+    (["missing"], "no checkpoint recipe"),
+    (["heads", "--budgets", "0,4"], "--budgets"),
+])
+def test_offline_tau_script_refuses_bad_input_in_one_line(tmp_path, arguments, message):
+    """Bad stems are refused before the model loads: one line on stderr, exit 2."""
+    (tmp_path / "heads.json").write_text(json.dumps({"method": "medusa"}))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ctc_offline_tau.py"
+    stems = [str(tmp_path / a) if i == 0 else a for i, a in enumerate(arguments)]
+    done = subprocess.run([sys.executable, str(script), "--cache", str(tmp_path), *stems], capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
 
 
 def test_the_default_beam_covers_the_budget_and_search_settings_are_part_of_the_identity(llama_target, drafter_for,

@@ -226,20 +226,26 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
                          num_heads=target.config.num_attention_heads)
 
 
+def ctc_recipe(stem: Path) -> dict:
+    """The recipe of a trained ctc/ctc-ce checkpoint; SpecbenchError if it is missing or of another method."""
+    recipe_path = checkpoint_files(stem)[1]
+    if not recipe_path.is_file():
+        raise SpecbenchError(f"{stem}: no checkpoint recipe {recipe_path}")
+    recipe = json.loads(recipe_path.read_text(encoding="utf-8"))
+    if recipe.get("method") not in METHODS:
+        raise SpecbenchError(f"{stem}: not a ctc or ctc-ce checkpoint ({recipe_path.name}: method {recipe.get('method')})")
+    return recipe
+
+
 def rescore(stem: Path, cache: Path, target: TargetModel, budgets: list[int] | None = None) -> dict:
     """Held-out loss and offline tau (`evaluate`: mean over anchors and decode walk) of a trained ctc/ctc-ce
     checkpoint on ``cache``'s held-out split, searched with today's defaults, so that checkpoints whose
     recipes were scored with another search (before 2026-11-24: top_k 4, beam 16) or before the walk
     existed compare on equal terms. The checkpoint and its recipe stay as
     they are; the slots score the draft vocabulary its recorded held-out metrics were scored over."""
-    recipe_path = checkpoint_files(stem)[1]
-    if not recipe_path.is_file():
-        raise SpecbenchError(f"{stem}: no checkpoint recipe {recipe_path}")
-    recipe = json.loads(recipe_path.read_text(encoding="utf-8"))
-    drafters = {"ctc": CTCDrafter, "ctc-ce": CTCCrossEntropyDrafter}
-    if recipe.get("method") not in drafters:
-        raise SpecbenchError(f"{stem}: not a ctc or ctc-ce checkpoint ({recipe_path.name}: method {recipe.get('method')})")
+    recipe = ctc_recipe(stem)
     checked_manifest(Path(cache), target)
+    drafters = {"ctc": CTCDrafter, "ctc-ce": CTCCrossEntropyDrafter}
     drafter = drafters[recipe["method"]](checkpoint=str(stem), draft_vocab=recipe["metrics"].get("heldout_vocab"))
     drafter.reset(target.handle)
     hyper = recipe["hyperparameters"]
