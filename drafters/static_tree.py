@@ -24,6 +24,7 @@ from typing import Sequence
 import torch
 
 from specbench.errors import SpecbenchError
+from specbench.metrics import decode_walk
 from specbench.tree import DraftTree
 
 
@@ -142,11 +143,10 @@ def decode_walk_tau(paths: Sequence[Sequence[int]], rank_sequences: Sequence[Seq
     nodes = {tuple(p) for p in paths}
     tokens = steps = 0
     for sequence in rank_sequences:
-        position = 0
-        while position < len(sequence):
-            # the accepted drafts and the bonus; where the answer ends, no bonus past its last token
-            emitted = min(matched_depth(sequence[position], nodes) + 1, len(sequence) - position)
-            tokens, steps, position = tokens + emitted, steps + 1, position + emitted
+        # per step: the accepted drafts and the bonus; where the answer ends, no bonus past its last token
+        sample_tokens, sample_steps = decode_walk(
+            len(sequence), lambda i, sequence=sequence: min(matched_depth(sequence[i], nodes) + 1, len(sequence) - i))
+        tokens, steps = tokens + sample_tokens, steps + sample_steps
     return tokens / max(steps, 1)
 
 

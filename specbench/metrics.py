@@ -6,17 +6,32 @@
 - speedup (Spec-Bench's convention): mean per-question method throughput / mean vanilla throughput.
 - acceptance per depth: unconditional P(accepted drafts >= d) per step, and conditional
   P(>= d | >= d - 1); optionally counting at depth d only the steps that proposed a node there.
+- decode walk (offline, for training's estimates): tau of decoding a known response when each position
+  would emit a known number of tokens.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 
 def tau(accept_lengths: Sequence[int]) -> float:
     return float(np.mean(accept_lengths)) if len(accept_lengths) else float("nan")
+
+
+def decode_walk(length: int, emitted: Callable[[int], int]) -> tuple[int, int]:
+    """(tokens, steps) of greedy decoding through a known response of ``length`` positions, where a step
+    rooted at position i emits ``emitted(i)`` >= 1 tokens (its accepted drafts and the bonus) and the next
+    step is rooted that many positions on. Positions inside an accepted run are never visited (nor
+    computed), so tokens / steps weights hard positions as decoding does, which a mean over positions
+    would not."""
+    tokens = steps = position = 0
+    while position < length:
+        count = emitted(position)
+        tokens, steps, position = tokens + count, steps + 1, position + count
+    return tokens, steps
 
 
 def totals_speedup(base_time, base_tokens, method_time, method_tokens) -> float:

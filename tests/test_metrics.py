@@ -27,6 +27,14 @@ def test_tau_of_no_steps_is_nan():
 
 
 # ---- speedups ---------------------------------------------------------------------------------------------
+def test_decode_walk_steps_over_accepted_runs_and_visits_nothing_inside_them():
+    emitted = [3, 9, 9, 1, 2, 9, 1]  # steps at 0 (3 tokens), 3, 4 (2 tokens), 6; 1, 2 and 5 are skipped
+    visited: list[int] = []
+    assert metrics.decode_walk(len(emitted), lambda i: visited.append(i) or emitted[i]) == (7, 4)
+    assert visited == [0, 3, 4, 6]
+    assert metrics.decode_walk(0, lambda i: 1) == (0, 0)
+
+
 def test_totals_speedup_single_pair():
     # vanilla: 10 s for 100 tokens = 0.1 s/token; method: 4 s for 80 tokens = 0.05 s/token -> 2.0
     assert metrics.totals_speedup([10.0], [100], [4.0], [80]) == pytest.approx(2.0)

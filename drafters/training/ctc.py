@@ -37,6 +37,7 @@ from specbench.drafters.training.common import (autocast, checked_manifest, samp
                                                 write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
+from specbench.metrics import decode_walk
 from specbench.model import TargetModel
 from specbench.tree import DraftTree
 
@@ -190,11 +191,8 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
                     accepted[b].append(length)
             anchors_seen += index < scored
         for b, lengths in emitted.items():
-            index = 0
-            while index < len(lengths):
-                walk_tokens[b] += lengths[index]
-                walk_steps[b] += 1
-                index += lengths[index]
+            tokens, steps = decode_walk(len(lengths), lengths.__getitem__)
+            walk_tokens[b], walk_steps[b] = walk_tokens[b] + tokens, walk_steps[b] + steps
     return {
         "heldout_loss": sum(losses) / max(1, len(losses)),
         "heldout_anchors": anchors_seen,
