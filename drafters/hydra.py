@@ -3,8 +3,10 @@
 Head d (d = 1..K) guesses the token d places after the root from ``[h; E(root); E(y_1) ... E(y_{d-1})]``
 (the target's last hidden state and the embeddings of the path above the new node): one
 ``h + SiLU(W_d [...] + b_d)`` block (W zero-initialised) then optional residual blocks, then the target's
-frozen ``lm_head``. The tree has the same static rank-path shape as medusa's, but is expanded depth by
-depth: every node at depth d - 1 that has children runs head d on its own path (batched per depth).
+frozen ``lm_head``. The static tree has the same rank-path shape as medusa's, but is expanded depth by
+depth: every node at depth d - 1 that has children runs head d on its own path (batched per depth). The
+dynamic tree (the default for specbench's checkpoints) runs head d on the best ``top_k`` nodes of depth
+d - 1 by cumulative log-probability (`HeadDrafter.draft_dynamic`).
 Training is teacher-forced on the target's own tokens. Hydra++ options: the teacher-distribution loss
 (`specbench train hydra --loss teacher`) and a prefix-attention layer over the context's hidden states
 (`--prefix-heads N`, see `prefix_attention.py`).
@@ -98,3 +100,10 @@ class HydraDrafter(HeadDrafter):
                     if shape.children[child]:
                         path_embeddings[child] = torch.cat([stacked[row], new[i : i + 1]])
         return shape.draft_tree(ctx.root, tokens[1:])
+
+    def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head ``depth`` on each node's own path: root, y_1 .. y_depth."""
+        ids = torch.tensor([[ctx.root] + path for path in paths], device=ctx.target.device)  # [F, depth + 1]
+        features = self.module.heads[depth](h.expand(len(paths), -1), ctx.target.embed_tokens(ids))  # [F, H]
+        return self.top_log_probs(features, k, head=depth)

@@ -4,7 +4,9 @@ Head k (k = 1..K) is a residual block ``h + SiLU(W_k h + b_k)`` (W zero-initiali
 target's frozen ``lm_head`` (shared, not copied), and guesses the token k places after the root. A
 proposal takes each head's top candidates and places them in a static tree of rank paths built from
 the heads' measured top-k accuracies under the node budget (Medusa's cartesian placement: the rank-r
-token of head d sits at every depth-d node of rank r, whatever its parent).
+token of head d sits at every depth-d node of rank r, whatever its parent), or, by default for
+specbench's own checkpoints, in EAGLE-2's dynamic tree scored by the heads' log-probabilities
+(`HeadDrafter.draft_dynamic`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.dynamic_tree import Candidates
 from specbench.drafters.published import published_method
 from specbench.drafters.layers import ResBlock
 from specbench.drafters.static_tree import DEFAULT_CHOICES, StaticTree, load_choices
-from specbench.errors import SpecbenchError
+from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.tree import DraftTree
 
 
@@ -53,25 +56,41 @@ def own_lm_heads(hidden: int, num_heads: int, vocab: int, bias: bool) -> nn.Modu
 
 #: candidates per depth a head drafter's tree may use (the ``max_rank`` option's default)
 DEFAULT_MAX_RANK = 8
+#: a head drafter's tree: "static" rank paths (Medusa's and Hydra's own), or "dynamic" (EAGLE-2's, from the
+#: heads' own log-probabilities at each step; `draft_dynamic`)
+TREE_KINDS = ("static", "dynamic")
 
 
 class HeadDrafter(CheckpointDrafter):
-    """Shared plumbing of head drafters with a static tree: built from the checkpoint's measured accuracies,
-    or taken from rank paths (the ``choices`` option; the published default tree for published heads)."""
+    """Shared plumbing of head drafters. ``tree="dynamic"`` (the default for specbench's own checkpoints)
+    grows EAGLE-2's tree from the heads' log-probabilities at each step (``top_k`` children per expanded node
+    and frontier width). ``tree="static"`` (the default with ``choices`` or published heads) is built from the
+    checkpoint's measured accuracies, or taken from rank paths (the ``choices`` option; the published default
+    tree for published heads)."""
 
     module_class: type[nn.Module]
     #: recipe hyper-parameters passed to ``module_class`` besides hidden size, heads and layers
     module_options: tuple[str, ...] = ("own_vocab", "own_bias")
 
     def __init__(self, checkpoint: str | None = None, max_rank: int = DEFAULT_MAX_RANK, draft_vocab: int | None = None,
-                 choices: str | None = None) -> None:
+                 choices: str | None = None, tree: str | None = None, top_k: int = DEFAULT_MAX_RANK) -> None:
         super().__init__(checkpoint, draft_vocab)
+        if tree is not None and tree not in TREE_KINDS:
+            raise DrafterOptionError(f"{self.method}.tree must be one of {', '.join(TREE_KINDS)}, got {tree!r}")
+        if tree == "dynamic" and choices:
+            raise DrafterOptionError(f"{self.method}: choices sets a static tree; it cannot go with tree=dynamic")
+        if not isinstance(top_k, int) or top_k < 1:
+            raise DrafterOptionError(f"{self.method}.top_k must be a positive integer, got {top_k!r}")
         self.max_rank = max_rank
         self.choices_spec = choices
         # the tree's rank paths when known before loading: the option (checked now, so a bad file fails
         # early), or the published default for a published checkpoint
         imported = bool(checkpoint) and published_method(Path(checkpoint)) is not None
         self.option_choices = load_choices(choices or DEFAULT_CHOICES) if choices or imported else []
+        # the default tree: dynamic for specbench's own heads (it accepts more at every budget, docs/decisions.md),
+        # static where rank paths are given or the heads are the authors' (their published tree)
+        self.tree = tree or ("static" if self.option_choices else "dynamic")
+        self.top_k = top_k
         self.choices: list[tuple[int, ...]] = []
         self.accuracy: list[list[float]] = []
         self._trees: dict[int, StaticTree] = {}
@@ -102,12 +121,16 @@ class HeadDrafter(CheckpointDrafter):
 
     def max_budget(self) -> int | None:
         """With rank paths, the whole list plus the root: larger budgets give the same tree."""
+        if self.tree == "dynamic":
+            return None
         choices = self.choices or self.option_choices
         return len(choices) + 1 if choices else None
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
         h = self.head_input(ctx)  # [H], every step (a drafter may keep per-position state)
+        if self.tree == "dynamic":
+            return self.draft_dynamic(ctx, h) if ctx.budget > 1 else DraftTree.root_only(ctx.root)
         shape = self.static_tree(ctx.budget)
         if len(shape) == 1:
             return DraftTree.root_only(ctx.root)
@@ -121,13 +144,37 @@ class HeadDrafter(CheckpointDrafter):
         """Fill ``shape`` (more than one node) with tokens for this step from the heads' input h [H]."""
         raise NotImplementedError
 
+    def draft_dynamic(self, ctx: DraftContext, h: torch.Tensor) -> DraftTree:
+        """EAGLE-2's tree over the heads: head d proposes ``top_k`` children for each of the ``top_k`` best
+        depth-(d - 1) candidates (by cumulative log-probability); the budget's best candidates form the tree."""
+        k = min(self.top_k, ctx.budget - 1)
+        candidates = Candidates()
+        frontier = [-1]  # candidate indices to expand; -1 is the root
+        for depth in range(min(len(self.module.heads), ctx.budget - 1)):
+            paths = [[] if i < 0 else [candidates.tokens[a] for a in candidates.ancestors(i)] for i in frontier]
+            log_probs, tokens = self.children(ctx, h, depth, paths, k)  # [F, k'] each, k' <= k (a small vocabulary)
+            above = torch.tensor([0.0 if i < 0 else candidates.scores[i] for i in frontier])  # [F]
+            parents = [i for i in frontier for _ in range(tokens.shape[1])]
+            added = candidates.add(tokens.flatten(), (above[:, None] + log_probs).flatten(), parents)
+            frontier = candidates.best(added, k)
+        return candidates.tree(ctx.root, ctx.budget)
+
+    def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head ``depth``'s k best (log-probabilities [F, k], token ids [F, k]) below each of F nodes, given
+        each node's draft tokens below the root (``paths``, all of length ``depth``)."""
+        raise NotImplementedError
+
 
 class MedusaDrafter(HeadDrafter):
     """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem, or a published Medusa
     checkpoint: its directory or ``medusa_lm_head.pt``), ``max_rank``, ``draft_vocab`` (score only the N most
     frequent tokens; 0: all; default: `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a token ranking),
     ``choices`` (the tree as rank paths: a shipped name such as mc_sim_7b_63 or a JSON file; default for
-    published heads: mc_sim_7b_63, else the tree built from the checkpoint's measured accuracies)."""
+    published heads: mc_sim_7b_63, else the tree built from the checkpoint's measured accuracies), ``tree``
+    ("dynamic": EAGLE-2's tree from the heads' confidence, the default for specbench's checkpoints; "static":
+    the rank-path tree, the default with ``choices`` or published heads) and ``top_k`` (the dynamic tree's
+    children per node and frontier width, default 8)."""
 
     method = "medusa"
     module_class = MedusaHeads
@@ -140,3 +187,9 @@ class MedusaDrafter(HeadDrafter):
             top = torch.stack([self.top_tokens(f, shape.max_rank, head=d) for d, f in enumerate(features)])
         heads, ranks = shape.head_and_rank
         return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]
+
+    def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Medusa's heads ignore the path: every node gets head ``depth``'s k best."""
+        log_probs, tokens = self.top_log_probs(self.module.heads[depth](h), k, head=depth)  # [k] each
+        return log_probs.expand(len(paths), -1), tokens.expand(len(paths), -1)

@@ -83,12 +83,23 @@ def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_p
     again = train_heads(config, llama_target, progress=False)
     assert again["metrics"] == recipe["metrics"]
 
-    drafter = DRAFTERS[method](checkpoint=str(tmp_path / method))
+    drafter = DRAFTERS[method](checkpoint=str(tmp_path / method), tree="static")
+    dynamic = DRAFTERS[method](checkpoint=str(tmp_path / method), top_k=3)
+    assert dynamic.tree == "dynamic"  # the default for specbench's own checkpoints
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
         for budget in (1, 4, 12):
-            result = generate(llama_target, drafter, prompt, 20, budget)
-            assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
-            assert max(step.nodes for step in result.steps) <= budget
+            for heads in (drafter, dynamic):
+                result = generate(llama_target, heads, prompt, 20, budget)
+                assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
+                assert max(step.nodes for step in result.steps) <= budget
+    # the dynamic tree with one child per node is the heads' greedy chain: the static chain tree's proposals
+    chain = tmp_path / "chain.json"
+    chain.write_text(json.dumps([[0], [0, 0], [0, 0, 0]]))
+    greedy_chain = DRAFTERS[method](checkpoint=str(tmp_path / method), choices=str(chain))
+    assert greedy_chain.tree == "static"  # rank paths given: the static tree
+    one_child = DRAFTERS[method](checkpoint=str(tmp_path / method), top_k=1)
+    assert [s.accepted for s in generate(llama_target, one_child, [5, 17, 42, 8], 20, 4).steps] == \
+        [s.accepted for s in generate(llama_target, greedy_chain, [5, 17, 42, 8], 20, 4).steps]
     assert drafter.num_parameters() == saved["parameters"]
 
     # the recorded decode-walk tau is what a greedy replay of the held-out responses accepts
@@ -117,7 +128,7 @@ def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_p
         cut = DRAFTERS[method](checkpoint=str(tmp_path / method), draft_vocab=size)
         result = generate(llama_target, cut, [5, 17, 42, 8], 20, 12)
         assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 20, llama_target.eos_ids)
-    whole = DRAFTERS[method](checkpoint=str(tmp_path / method), draft_vocab=llama_target.config.vocab_size)
+    whole = DRAFTERS[method](checkpoint=str(tmp_path / method), draft_vocab=llama_target.config.vocab_size, tree="static")
     assert [s.accepted for s in generate(llama_target, whole, [5, 17, 42, 8], 20, 12).steps] == \
         [s.accepted for s in generate(llama_target, drafter, [5, 17, 42, 8], 20, 12).steps]
 
@@ -125,6 +136,15 @@ def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_p
     object.__setattr__(other.handle, "sha256", "f" * 64)
     with pytest.raises(SpecbenchError, match="trained for target"):
         DRAFTERS[method](checkpoint=str(tmp_path / method)).reset(other.handle)
+
+
+@pytest.mark.parametrize("options, problem", [({"tree": "bushy"}, "tree must be one of static, dynamic"),
+                                              ({"tree": "dynamic", "choices": "mc_sim_7b_63"}, "cannot go with tree=dynamic"),
+                                              ({"tree": "dynamic", "top_k": 0}, "top_k must be a positive integer")])
+@pytest.mark.parametrize("method", ["medusa", "hydra"])
+def test_bad_tree_options_are_refused(method, options, problem):
+    with pytest.raises(SpecbenchError, match=problem):
+        DRAFTERS[method](**options)
 
 
 def test_teacher_loss_targets_the_targets_distribution(llama_target, cache):
