@@ -119,6 +119,12 @@ class HeadDrafter(CheckpointDrafter):
                 else StaticTree.from_accuracies(self.accuracy, budget)
         return self._trees[budget]
 
+    def identity(self) -> str:
+        """The checkpoint's identity and the tree kind (a default that shapes proposals, docs/decisions.md)."""
+        base = super().identity()
+        tree = f"tree:dynamic:top_k:{self.top_k}" if self.tree == "dynamic" else "tree:static"
+        return f"{base}:{tree}" if base else ""
+
     def max_budget(self) -> int | None:
         """With rank paths, the whole list plus the root: larger budgets give the same tree."""
         if self.tree == "dynamic":

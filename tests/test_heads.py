@@ -97,6 +97,9 @@ def test_training_lowers_loss_and_round_trips(method, llama_target, cache, tmp_p
     chain.write_text(json.dumps([[0], [0, 0], [0, 0, 0]]))
     greedy_chain = DRAFTERS[method](checkpoint=str(tmp_path / method), choices=str(chain))
     assert greedy_chain.tree == "static"  # rank paths given: the static tree
+    for heads in (dynamic, greedy_chain):
+        heads.reset(llama_target.handle)
+    assert dynamic.identity().endswith(":tree:dynamic:top_k:3") and greedy_chain.identity().endswith(":tree:static")
     one_child = DRAFTERS[method](checkpoint=str(tmp_path / method), top_k=1)
     assert [s.accepted for s in generate(llama_target, one_child, [5, 17, 42, 8], 20, 4).steps] == \
         [s.accepted for s in generate(llama_target, greedy_chain, [5, 17, 42, 8], 20, 4).steps]
