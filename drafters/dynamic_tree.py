@@ -39,6 +39,19 @@ class Candidates:
         """The ``k`` best-scored of ``indices`` (ties: earlier first): the next frontier to expand."""
         return sorted(indices, key=lambda i: (-self.scores[i], i))[:k]
 
+    def worth_expanding(self, indices: list[int], budget: int) -> list[int]:
+        """Those of ``indices`` whose children could still be among the tree's ``budget - 1`` candidates.
+
+        A child scores at most its parent, and later candidates only raise the bar: once ``budget - 1``
+        candidates score strictly more than a node, none of its descendants can be chosen. Skipping its
+        expansion leaves the tree unchanged and saves the drafter's forward (a whole depth when none is left).
+        """
+        drafts = budget - 1
+        if len(self.scores) < drafts:
+            return indices
+        bar = sorted(self.scores, reverse=True)[drafts - 1]  # the (budget - 1)-th best score so far
+        return [i for i in indices if self.scores[i] >= bar]
+
     def ancestors(self, index: int) -> list[int]:
         """The candidate's path from the root's child down to itself."""
         path = []

@@ -157,12 +157,14 @@ class HeadDrafter(CheckpointDrafter):
         candidates = Candidates()
         frontier = [-1]  # candidate indices to expand; -1 is the root
         for depth in range(min(len(self.module.heads), ctx.budget - 1)):
+            if not frontier:  # nothing left whose children could make the tree
+                break
             paths = [[] if i < 0 else [candidates.tokens[a] for a in candidates.ancestors(i)] for i in frontier]
             log_probs, tokens = self.children(ctx, h, depth, paths, k)  # [F, k'] each, k' <= k (a small vocabulary)
             above = torch.tensor([0.0 if i < 0 else candidates.scores[i] for i in frontier])  # [F]
             parents = [i for i in frontier for _ in range(tokens.shape[1])]
             added = candidates.add(tokens.flatten(), (above[:, None] + log_probs).flatten(), parents)
-            frontier = candidates.best(added, k)
+            frontier = candidates.worth_expanding(candidates.best(added, k), ctx.budget)
         return candidates.tree(ctx.root, ctx.budget)
 
     def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
