@@ -55,6 +55,12 @@ jobs=(
   # epochs train each position ~1.1 times, where hydra's 4 epochs train every position 4 times.
   "ctc-t4n2-e8               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
   "ctc-ce-t4n2-e8            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
+  # session 19 (H100): longer and deeper heads for issue 10's bars, and eagle at the others' 4 epochs
+  "hydrapp-v8k-e8            hydra --epochs 8 --train-vocab 8192 --prefix-heads 9"
+  "hydrapp-2l-v8k-e8b512     hydra --epochs 8 --train-vocab 8192 --prefix-heads 9 --num-layers 2 --batch-size 512"
+  "medusa-2l-v8k-e8b512      medusa --epochs 8 --train-vocab 8192 --num-layers 2 --batch-size 512"
+  "medusa-3l-v8k-e8b512      medusa --epochs 8 --train-vocab 8192 --num-layers 3 --batch-size 512"
+  "eagle-v8k-e4              eagle --epochs 4 --samples-per-step 8 --lr 1e-3 --train-vocab 8192"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")
