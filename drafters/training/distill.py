@@ -169,6 +169,30 @@ def check_compatible(path: Path, manifest: dict, identity: dict, config: Distill
                              "(only --train may grow)")
 
 
+def prompts_in_tokens(source: Path, train: int | None, heldout: int) -> dict[str, list[list[int]]]:
+    """The prompts a token cache (``--tokens-from``) was made from, per split, in order: the first ``train``
+    (all when None) and ``heldout`` of them. Hidden states can then be added without the ShareGPT package
+    (on a GPU machine, say); asking for more prompts than the cache holds is refused, not generated."""
+    manifest = read_manifest(source)
+    if manifest is None:
+        raise SpecbenchError(f"--tokens-from {source}: not a distillation cache (no manifest.json)")
+    wanted = {"train": train, "heldout": heldout}
+    prompts: dict[str, list[list[int]]] = {}
+    for split in SPLITS:
+        found: list[list[int]] = []
+        for name in manifest.get("token_shards", {}).get(split, []):
+            if wanted[split] is not None and len(found) >= wanted[split]:
+                break
+            tokens = load_file(str(source / name))
+            starts, lengths = tokens["offsets"][:-1].tolist(), tokens["prompt_lens"].tolist()
+            found += [tokens["input_ids"][a : a + n].tolist() for a, n in zip(starts, lengths)]
+        if wanted[split] is not None and len(found) < wanted[split]:
+            raise SpecbenchError(f"--tokens-from {source} holds {len(found)} {split} prompts, fewer than the "
+                                 f"{wanted[split]} asked for; grow it first with --tokens-only")
+        prompts[split] = found[: wanted[split]] if wanted[split] is not None else found
+    return prompts
+
+
 def reused_tokens(source: Path | None, source_manifest: dict | None, name: str,
                   prompts: list[list[int]]) -> dict[str, torch.Tensor] | None:
     """A finished token shard of another cache (``--tokens-from``) whose prompts are exactly these."""
