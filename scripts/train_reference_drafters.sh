@@ -60,8 +60,8 @@ jobs=(
   # epochs train each position ~1.1 times, where hydra's 4 epochs train every position 4 times.
   "ctc-t4n2-e8               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
   "ctc-ce-t4n2-e8            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 8"
-  # session 19 (H100): longer and deeper heads for issue 10's bars, and eagle at the others' 4 epochs
-  "hydrapp-v8k-e8            hydra --epochs 8 --train-vocab 8192 --prefix-heads 9"
+  # session 19 (H100): longer and deeper heads for issue 10's bars (training.md); eagle at 4 epochs was not run (device time)
+  "hydrapp-v8k-e8b512        hydra --epochs 8 --train-vocab 8192 --prefix-heads 9 --batch-size 512"
   "hydrapp-2l-v8k-e8b512     hydra --epochs 8 --train-vocab 8192 --prefix-heads 9 --num-layers 2 --batch-size 512"
   "medusa-2l-v8k-e8b512      medusa --epochs 8 --train-vocab 8192 --num-layers 2 --batch-size 512"
   "medusa-3l-v8k-e8b512      medusa --epochs 8 --train-vocab 8192 --num-layers 3 --batch-size 512"
