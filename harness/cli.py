@@ -14,11 +14,15 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbench.calibration import HELDOUT_PER_CATEGORY
 from specbench.errors import SpecbenchError
 from specbench.placement import STRATEGIES
 from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON
+
+if TYPE_CHECKING:  # imported lazily at run time: torch is slow to import
+    from specbench.model import TargetModel
 
 MODEL_HELP = "'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory or a .gguf file"
 
@@ -573,7 +577,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return _run_distill(args, out, target, prompts, info)
 
 
-def _run_distill(args: argparse.Namespace, out: str, target, prompts: dict[str, list[list[int]]], info: dict) -> int:
+def _run_distill(args: argparse.Namespace, out: str, target: "TargetModel", prompts: dict[str, list[list[int]]], info: dict) -> int:
     """Distill ``prompts`` into ``out`` with the command line's settings (resumable; Ctrl-C keeps finished shards)."""
     from specbench.drafters.training.distill import DistillConfig, run_distill
 
