@@ -169,6 +169,12 @@ def check_compatible(path: Path, manifest: dict, identity: dict, config: Distill
                              "(only --train may grow)")
 
 
+def shard_prompts(tokens: dict[str, torch.Tensor]) -> list[list[int]]:
+    """The prompts of a token shard (``pack_tokens``' layout), in order."""
+    starts, lengths = tokens["offsets"][:-1].tolist(), tokens["prompt_lens"].tolist()
+    return [tokens["input_ids"][a : a + n].tolist() for a, n in zip(starts, lengths)]
+
+
 def prompts_in_tokens(source: Path, train: int | None, heldout: int) -> dict[str, list[list[int]]]:
     """The prompts a token cache (``--tokens-from``) was made from, per split, in order: the first ``train``
     (all when None) and ``heldout`` of them. Hidden states can then be added without the ShareGPT package
@@ -183,9 +189,7 @@ def prompts_in_tokens(source: Path, train: int | None, heldout: int) -> dict[str
         for name in manifest.get("token_shards", {}).get(split, []):
             if wanted[split] is not None and len(found) >= wanted[split]:
                 break
-            tokens = load_file(str(source / name))
-            starts, lengths = tokens["offsets"][:-1].tolist(), tokens["prompt_lens"].tolist()
-            found += [tokens["input_ids"][a : a + n].tolist() for a, n in zip(starts, lengths)]
+            found += shard_prompts(load_file(str(source / name)))
         if wanted[split] is not None and len(found) < wanted[split]:
             raise SpecbenchError(f"--tokens-from {source} holds {len(found)} {split} prompts, fewer than the "
                                  f"{wanted[split]} asked for; grow it first with --tokens-only")
@@ -199,9 +203,7 @@ def reused_tokens(source: Path | None, source_manifest: dict | None, name: str,
     if source is None or source_manifest is None or name not in source_manifest["token_shards"].get(name.split("/")[0], []):
         return None
     tokens = load_file(str(source / name))
-    offsets = tokens["offsets"].tolist()
-    stored = [tokens["input_ids"][a : a + n].tolist() for a, n in zip(offsets, tokens["prompt_lens"].tolist())]
-    return tokens if stored == prompts else None
+    return tokens if shard_prompts(tokens) == prompts else None
 
 
 def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str, list[list[int]]],
