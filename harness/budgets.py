@@ -189,7 +189,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
     `RunConfig`. A missing profile is measured here (and cached), as `specbench profile` would."""
     import sys
 
-    from specbench.calibration import CALIBRATION_TOKENS, calibration_file, calibration_trajectories
+    from specbench.calibration import CALIBRATION_TOKENS, calibration_file, calibration_source, calibration_trajectories
     from specbench.harness.runner import resolve_profile
     from specbench.model import cache_root
     from specbench.profile import measure_and_cache
@@ -204,7 +204,8 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
               file=sys.stderr)
         profile, path = measure_and_cache(target, cache_root())
         source = str(path)
-    calibration = calibration_file(config.calibration, config.bench, config.categories, config.limit, cache_root())
+    calibrated_on = calibration_source(config.calibration, config.bench, config.categories, config.limit)
+    calibration = calibration_file(calibrated_on, config.bench, config.categories, config.limit, cache_root())
     tokens = min(config.max_new_tokens, CALIBRATION_TOKENS)
     trajectories, trajectory_key = calibration_trajectories(target, prompts, calibration, tokens, config.template,
                                                             cache_root())
@@ -223,7 +224,7 @@ def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = Fa
         return points, profile, timing
 
     choices = choose_budgets(wanted, calibrate)
-    record = {"file": str(calibration), "source": config.calibration or "shipped",
+    record = {"file": str(calibration), "source": calibrated_on,
               "questions": len(load_questions(calibration)), "turns": len(trajectories), "max_new_tokens": tokens,
               "candidates": candidates, "profile_source": source, "loop": asdict(timing)}
     return choices, record

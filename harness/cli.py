@@ -174,9 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "highest predicted speedup on this machine, from a replay over the calibration set and "
                           "the verify-cost profile; greedy), or per drafter, e.g. hydra=4,medusa=3,auto")
     run.add_argument("--calibration", default=None, metavar="FILE",
-                     help="question file `auto` calibrates on (default: the shipped 16 held-out ShareGPT prompts), "
-                          f"or 'heldout': up to {HELDOUT_PER_CATEGORY} questions per category of the benchmark that "
-                          "the run leaves out")
+                     help=f"what `auto` calibrates on: 'heldout' (up to {HELDOUT_PER_CATEGORY} questions per category "
+                          "of the benchmark that the run leaves out), 'shipped' (16 held-out ShareGPT prompts in the "
+                          "package) or a question file; default: heldout when the run leaves questions of every "
+                          "category out (--limit), else shipped")
     run.add_argument("--auto-budgets", type=_csv, default=None, metavar="N,N,...",
                      help="budgets `auto` chooses among (default: 1,2,3,4,6,8,12,16,24,32,48,64 up to the profile's largest)")
     run.add_argument("--repeats", type=int, default=1, help="time each turn N times, keep the median")

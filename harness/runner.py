@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from specbench import __version__
-from specbench.calibration import HELDOUT, heldout_questions
+from specbench.calibration import HELDOUT, SHIPPED, heldout_questions
 from specbench.errors import SpecbenchError
 from specbench.harness import distributed
 from specbench.harness.budgets import BudgetChoice, create_entry, parse_budget_spec, resolve_budgets, split_entry
@@ -67,7 +67,9 @@ class RunConfig:
     resume: bool = False
     drafter_options: dict[str, dict] = field(default_factory=dict)
     profile: str | None = None  # a verify-cost profile file (default: the cached one for this machine, if any)
-    calibration: str | None = None  # question file `auto` calibrates on, or "heldout" (default: the shipped set)
+    # what `auto` calibrates on: a question file, "heldout" or "shipped" (default: held-out questions of the
+    # benchmark when the run leaves some of each category out, else the shipped set; specbench.calibration)
+    calibration: str | None = None
     auto_budgets: list[int] | None = None  # budgets `auto` chooses among (default: harness.budgets.DEFAULT_CANDIDATES)
     # Sampling (specbench.sampling): temperature 0 is greedy; above it every drafter and vanilla sample from
     # the same warped target distribution, verified by `verify` (auto: greedy at T=0, else rejection).
@@ -103,7 +105,7 @@ class RunConfig:
             raise SpecbenchError("--auto-budgets must be tree budgets of at least 1")
         if self.calibration == HELDOUT:
             heldout_questions(self.bench, self.categories, self.limit)  # a run that leaves none out stops here
-        elif self.calibration is not None:
+        elif self.calibration not in (None, SHIPPED):
             load_questions(resolve_bench(self.calibration))  # a bad calibration file stops the run here
         unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
         if unknown:

@@ -13,6 +13,11 @@ some out). Drafters trained on ShareGPT accept more on held-out ShareGPT than on
 shipped set predicts their speedups high; questions of the benchmark's own kind, disjoint from the
 timed ones, remove that shift (measured in docs/performance.md).
 
+**The default** (no ``--calibration``) is the held-out questions when the run leaves at least one question
+of every one of its categories out, and the shipped set otherwise (a run over whole categories);
+``--calibration shipped`` asks for the shipped set always. The manifest's ``calibration.source`` says
+which was used (docs/decisions.md, "Hardware").
+
 The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`specbench.trajectory_cache`):
 recorded once and shared by every drafter and budget.
 """
@@ -34,6 +39,7 @@ if TYPE_CHECKING:  # the CLI reads this module's constants; torch loads only whe
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
 HELDOUT = "heldout"  # --calibration heldout: the benchmark's questions the run leaves out
+SHIPPED = "shipped"  # --calibration shipped: the package's 16 held-out ShareGPT prompts
 HELDOUT_PER_CATEGORY = 2  # ... at most this many of each category (the last ones in the file)
 
 
@@ -41,30 +47,44 @@ def default_calibration_file() -> Path:
     return Path(str(resources.files("specbench") / "data" / "calibration" / "question.jsonl"))
 
 
-def heldout_questions(bench: str, categories: list[str] | None, limit: int | None,
-                      per_category: int = HELDOUT_PER_CATEGORY) -> list[Question]:
-    """The last ``per_category`` questions of each of the run's categories that a run with these settings does
-    not answer; a one-line error when it answers them all."""
+def _left_out(bench: str, categories: list[str] | None, limit: int | None) -> tuple[list[str], dict[str, list[Question]]]:
+    """(the run's categories, the questions of each that a run with these settings does not answer)."""
     every = select_questions(load_questions(resolve_bench(bench)), categories, None)
     answered = {q.question_id for q in select_questions(every, None, limit)}
     left: dict[str, list[Question]] = {}
     for question in every:
         if question.question_id not in answered:
             left.setdefault(question.category, []).append(question)
+    return list(dict.fromkeys(q.category for q in every)), left
+
+
+def heldout_questions(bench: str, categories: list[str] | None, limit: int | None,
+                      per_category: int = HELDOUT_PER_CATEGORY) -> list[Question]:
+    """The last ``per_category`` questions of each of the run's categories that a run with these settings does
+    not answer; a one-line error when it answers them all."""
+    _, left = _left_out(bench, categories, limit)
     if not left:
         raise SpecbenchError("--calibration heldout needs questions the run leaves out; it answers every question of "
                              "its categories (leave some out with --limit)")
     return [question for kept in left.values() for question in kept[-per_category:]]
 
 
-def calibration_file(calibration: str | None, bench: str, categories: list[str] | None, limit: int | None,
-                     root: Path) -> Path:
-    """The question file `auto` calibrates on: the shipped set (None), a file or benchmark name, or for
+def calibration_source(calibration: str | None, bench: str, categories: list[str] | None, limit: int | None) -> str:
+    """What `auto` calibrates on: ``calibration`` when given (`HELDOUT`, `SHIPPED`, a file or benchmark name);
+    by default `HELDOUT` when the run leaves a question of each of its categories out, else `SHIPPED`."""
+    if calibration is not None:
+        return calibration
+    run_categories, left = _left_out(bench, categories, limit)
+    return HELDOUT if all(category in left for category in run_categories) else SHIPPED
+
+
+def calibration_file(source: str, bench: str, categories: list[str] | None, limit: int | None, root: Path) -> Path:
+    """The question file of a `calibration_source`: the shipped set, a file or benchmark name, or for
     `HELDOUT` the run's left-out questions, written under ``root/calibration/`` (named by their content)."""
-    if calibration is None:
+    if source == SHIPPED:
         return default_calibration_file()
-    if calibration != HELDOUT:
-        return resolve_bench(calibration)
+    if source != HELDOUT:
+        return resolve_bench(source)
     lines = "".join(json.dumps({"question_id": q.question_id, "category": q.category, "turns": list(q.turns)},
                                ensure_ascii=False) + "\n" for q in heldout_questions(bench, categories, limit))
     path = root / "calibration" / f"heldout-{hashlib.sha256(lines.encode()).hexdigest()[:16]}.jsonl"

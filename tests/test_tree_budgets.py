@@ -196,6 +196,24 @@ def test_heldout_calibration_is_the_benchmarks_questions_the_run_leaves_out(tiny
     assert calibrated[0].category == "math"
 
 
+def test_auto_calibrates_on_held_out_questions_by_default_when_the_run_leaves_some_out(tiny_run_setup, tmp_path):
+    """No --calibration: held-out benchmark questions when every category of the run keeps one back, the
+    shipped set when the run answers a whole category; an explicit choice always wins."""
+    from specbench.calibration import HELDOUT, SHIPPED, calibration_source
+
+    assert calibration_source(None, "demo", ["math", "coding"], 1) == HELDOUT
+    assert calibration_source(None, "demo", ["math", "coding"], 2) == SHIPPED  # demo has two per category
+    assert calibration_source(None, "demo", ["math"], None) == SHIPPED
+    assert calibration_source(SHIPPED, "demo", ["math"], 1) == SHIPPED
+    assert calibration_source("my.jsonl", "demo", ["math"], 1) == "my.jsonl"
+
+    target, _, profile = tiny_run_setup
+    out = tmp_path / "run"
+    run_tiny(target, out, profile=str(profile), auto_budgets=[1, 2], limit=1)
+    record = json.loads((out / "manifest.json").read_text())["calibration"]
+    assert record["source"] == HELDOUT and record["questions"] == 1
+
+
 def test_fixed_per_drafter_budgets_need_no_calibration(tiny_run_setup, tmp_path):
     target, _, _ = tiny_run_setup
     out = run_tiny(target, tmp_path / "run", tree_budget="ngram=3")
