@@ -48,8 +48,7 @@ def label_candidates(ids: list[int], past: int, candidates: RawCandidates) -> li
     on the greedy path; ``ids`` is the trajectory, ``past`` the root's position."""
     on: list[bool] = []
     rows = []
-    for i, (token, parent, depth, score) in enumerate(zip(candidates.tokens, candidates.parents, candidates.depths,
-                                                          candidates.scores)):
+    for token, parent, depth, score in zip(candidates.tokens, candidates.parents, candidates.depths, candidates.scores):
         parent_on = parent < 0 or on[parent]
         position = past + depth
         hit = parent_on and position < len(ids) and ids[position] == token
@@ -92,15 +91,17 @@ def isotonic(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([b[0] / b[2] for b in blocks]), np.array([b[1] / b[2] for b in blocks])
 
 
+def by_depth(rows: list[tuple[int, float, bool]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per depth: (draft probabilities [n], accepted as 0/1 [n])."""
+    return {depth: (np.array([math.exp(s) for d, s, _ in rows if d == depth]),
+                    np.array([float(h) for d, _, h in rows if d == depth])) for depth in sorted({d for d, _, _ in rows})}
+
+
 class ScoreMap:
     """Per depth, draft probability -> acceptance rate (monotone, interpolated); deeper depths use the deepest fitted."""
 
     def __init__(self, rows: list[tuple[int, float, bool]], floor: float = 1e-4) -> None:
-        self.fits = {}
-        for depth in sorted({d for d, _, _ in rows}):
-            p = np.array([math.exp(s) for d, s, _ in rows if d == depth])
-            hit = np.array([float(h) for d, _, h in rows if d == depth])
-            self.fits[depth] = isotonic(p, hit)
+        self.fits = {depth: isotonic(p, hit) for depth, (p, hit) in by_depth(rows).items()}
         self.floor = floor
 
     def log_rate(self, depth: int, log_prob: float) -> float:
@@ -113,10 +114,11 @@ def calibrated_candidates(score_map: ScoreMap) -> type:
         """Candidates scored by the calibrated log acceptance rate along their path."""
 
         def add(self, tokens: torch.Tensor, scores: torch.Tensor, parents: list[int]) -> list[int]:
-            above = [0.0 if p < 0 else self.scores[p] for p in parents]
-            depths = [1 if p < 0 else self.depths[p] + 1 for p in parents]
-            mapped = [a + score_map.log_rate(d, s - a) for a, d, s in zip(above, depths, scores.tolist())]
-            return super().add(tokens, torch.tensor(mapped), parents)
+            added = super().add(tokens, scores, parents)
+            for i in added:  # the parent's score is already mapped; map this step's own log-probability
+                above = 0.0 if self.parents[i] < 0 else self.scores[self.parents[i]]
+                self.scores[i] = above + score_map.log_rate(self.depths[i], self.scores[i] - above)
+            return added
 
     return CalibratedCandidates
 
@@ -125,9 +127,7 @@ def reliability(rows: list[tuple[int, float, bool]], edges=(0.0, 0.05, 0.1, 0.2,
     """Per depth and probability bin: candidates, mean draft probability, acceptance rate."""
     print("| depth | p bin | candidates | mean p | accepted |")
     print("| ---: | --- | ---: | ---: | ---: |")
-    for depth in sorted({d for d, _, _ in rows}):
-        p = np.array([math.exp(s) for d, s, _ in rows if d == depth])
-        hit = np.array([float(h) for d, _, h in rows if d == depth])
+    for depth, (p, hit) in by_depth(rows).items():
         for low, high in zip(edges, edges[1:]):
             inside = (p >= low) & (p < high)
             if inside.any():
@@ -153,11 +153,14 @@ def main() -> None:
     fit_questions = load_questions(default_calibration_file()) if args.fit == "shipped" \
         else heldout_questions(args.bench, None, args.limit)
     tokens = min(args.max_new_tokens, CALIBRATION_TOKENS)
-    fit_turns = [(q.category, t) for q, ts in zip(fit_questions, replay_trajectories(
-        target, prompts, fit_questions, tokens, None, cache_root())[0]) for t in ts]
-    bench = select_questions(load_questions(resolve_bench(args.bench)), None, args.limit)
-    bench_turns = [(q.category, t) for q, ts in zip(bench, replay_trajectories(
-        target, prompts, bench, args.max_new_tokens, None, cache_root())[0]) for t in ts]
+
+    def turns(questions, max_new_tokens: int) -> list:
+        """(category, trajectory) per turn, recorded once and cached as `specbench replay` does."""
+        recorded, _ = replay_trajectories(target, prompts, questions, max_new_tokens, None, cache_root())
+        return [(q.category, t) for q, per_turn in zip(questions, recorded) for t in per_turn]
+
+    fit_turns = turns(fit_questions, tokens)
+    bench_turns = turns(select_questions(load_questions(resolve_bench(args.bench)), None, args.limit), args.max_new_tokens)
 
     drafter = create_entry(args.drafter, {})
     rows = record_labels(target, drafter, fit_turns, args.fit_budget, tokens)
