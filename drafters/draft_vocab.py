@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specbench.linear import linear
+
 RANKING_KEY = "vocab_ranking"
 #: tokens a head drafter scores by default (when its checkpoint stores a ranking); chosen by measurement,
 #: see docs/performance.md ("Draft vocabulary")
@@ -60,7 +62,7 @@ class DraftVocab:
         """features [..., H] -> logits [..., V'] over the drafter's vocabulary."""
         if self.ids is None:
             return self.lm_head(features)
-        return nn.functional.linear(features, self.weight, self.bias)
+        return linear(features, self.weight, self.bias)  # the target's kernel choice (specbench.linear)
 
     def token_ids(self, indices: torch.Tensor) -> torch.Tensor:
         """Indices into the drafter's vocabulary -> the target's token ids (same shape)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -683,6 +684,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:  # bare `specbench`: the overview, as -h
             print(overview(), end="")
             return 0
+        if "SPECBENCH_LINEAR" in os.environ:  # a bad value stops here, before a model loads (specbench.linear)
+            from specbench.linear import kernel_setting
+
+            kernel_setting()
         return COMMANDS[args.command](args)
     except SpecbenchError as exc:
         print(f"specbench: error: {exc}", file=sys.stderr)

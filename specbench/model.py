@@ -22,6 +22,7 @@ import torch
 from specbench import kv
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
+from specbench.linear import chosen_kernel, use_kernel
 from specbench.placement import check_device_map, placement_plan
 from specbench.tree import DraftTree
 
@@ -180,6 +181,8 @@ class TargetModel:
         self.device = model.get_input_embeddings().weight.device  # the primary device when spread over GPUs
         self.dtype = next(model.parameters()).dtype
         self.config = model.config
+        self.linear_kernel = chosen_kernel(self.device, self.dtype)  # specbench.linear: the same for every drafter
+        use_kernel(model, self.linear_kernel)
         self.handle = TargetHandle(
             embed_tokens=model.get_input_embeddings(),
             lm_head=self.lm_head,

@@ -163,14 +163,16 @@ def profile_key(target, threads: int | None = None) -> dict:
     spread = len(placement_summary(target))  # devices holding parameters: > 1 under --device-map
     return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
             "device": device.type if spread == 1 else f"{device.type}x{spread}", "device_name": name, "dtype": str(target.dtype).removeprefix("torch."),
-            "threads": threads or torch.get_num_threads(), "torch": torch.__version__}
+            "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
+            "linear": getattr(target, "linear_kernel", "torch")}
 
 
 def cache_path(key: dict, root: Path) -> Path:
-    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>.json``."""
+    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>].json``
+    (the kernel named unless it is torch's own, `specbench.linear`)."""
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
                    f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
-                   f"-torch{key['torch']}")
+                   f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else ""))
     return root / "profiles" / f"{safe}.json"
 
 

@@ -1,0 +1,100 @@
+"""Linear layers for a few rows on a CPU: the weight as the left operand of the product.
+
+A decode step multiplies every weight matrix by one row, a verification tree by one row per node. On the
+2-core EPYC this project is measured on, torch's ``F.linear(x, W)`` (MKL, fp32) takes its matrix-vector
+path for one row and a small-M GEMM for 2-16 rows, and both stream the weights at a fraction of the
+memory bandwidth: the default target's 30 layers cost ~34 ms for one row, ~50-70 ms for 2-16. The same
+product written with the weight on the left, ``(W @ x^T)^T`` (x^T a transposed view, so MKL reads it in
+place), streams each weight once at near bandwidth: ~15 ms for 2 rows, ~20 ms for 4, ~39 ms for 8
+(`scripts/linear_layouts.py`; docs/performance.md, "Linear layouts"). One row is padded to two, since the
+one-column product falls back to the slow matrix-vector path.
+
+Terminology: the **kernel** of a target is ``weight-left`` (this module's product for 1-`WEIGHT_LEFT_MAX_ROWS`
+rows, torch's above) or ``torch`` (``F.linear`` everywhere). ``auto`` (the default) is ``weight-left`` for a
+float32 model on the CPU and ``torch`` elsewhere (GPUs, half precision); ``SPECBENCH_LINEAR=torch`` or
+``weight-left`` overrides it. The kernel is part of a verify-cost profile's key and of every manifest.
+
+Exactness is unaffected in kind: vanilla decoding and tree verification run through the same layers, and
+a different summation order only moves fp32 rounding, as torch's own row-count-dependent paths already do.
+The lossless tests run with the kernel a run would use.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specbench.errors import SpecbenchError
+
+KERNELS = ("weight-left", "torch")
+ENV = "SPECBENCH_LINEAR"
+#: above this many rows torch's GEMM path is as fast (measured in situ on the default target: 12-64 rows
+#: within noise of each other, 1-8 rows 1.3-1.9x faster weight-left)
+WEIGHT_LEFT_MAX_ROWS = 16
+
+
+def kernel_setting() -> str:
+    """``$SPECBENCH_LINEAR`` (default ``auto``); a value that names no kernel is a one-line error, which the CLI
+    raises before it loads anything."""
+    wanted = os.environ.get(ENV, "auto")
+    if wanted not in (*KERNELS, "auto"):
+        raise SpecbenchError(f"{ENV}={wanted!r}: choose auto, {' or '.join(KERNELS)}")
+    return wanted
+
+
+def chosen_kernel(device: torch.device, dtype: torch.dtype) -> str:
+    """The kernel for a model on ``device`` in ``dtype``: ``$SPECBENCH_LINEAR`` when set, else `auto`'s rule."""
+    wanted = kernel_setting()
+    if wanted != "auto":
+        return wanted
+    return "weight-left" if device.type == "cpu" and dtype == torch.float32 else "torch"
+
+
+def weight_left_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` computed as ``(weight @ x^T)^T`` for up to `WEIGHT_LEFT_MAX_ROWS` rows.
+
+    x: [..., in], weight: [out, in] -> [..., out] (contiguous)."""
+    rows = x.reshape(-1, x.shape[-1])  # [M, in]
+    m = rows.shape[0]
+    if m > WEIGHT_LEFT_MAX_ROWS or m == 0:
+        return F.linear(x, weight, bias)
+    if m == 1:  # a one-column product takes the matrix-vector path; two columns stream the weight once
+        rows = torch.cat([rows, rows.new_zeros(1, rows.shape[1])])  # [2, in]
+    out = torch.mm(weight, rows.t())[:, :m].t().contiguous()  # [out, M'] -> [M, out]
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` with the kernel `auto` picks for ``weight``'s device and dtype (drafters' projections)."""
+    if chosen_kernel(weight.device, weight.dtype) == "weight-left":
+        return weight_left_linear(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
+class WeightLeftLinear(nn.Linear):
+    """An ``nn.Linear`` whose forward is `weight_left_linear`; `use_kernel` swaps a module's class to it
+    (same parameters, same state dict, still an ``nn.Linear``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return weight_left_linear(x, self.weight, self.bias)
+
+
+def use_kernel(model: nn.Module, kernel: str) -> int:
+    """Put every plain ``nn.Linear`` of ``model`` on ``kernel`` (back on torch's for ``"torch"``); returns how
+    many layers it changed. Subclasses (quantized or adapter layers) keep their own forward."""
+    if kernel not in KERNELS:
+        raise SpecbenchError(f"unknown linear kernel {kernel!r}; choose {' or '.join(KERNELS)}")
+    swapped = 0
+    for module in model.modules():
+        if kernel == "weight-left" and type(module) is nn.Linear:
+            module.__class__ = WeightLeftLinear
+            swapped += 1
+        elif kernel == "torch" and type(module) is WeightLeftLinear:
+            module.__class__ = nn.Linear
+            swapped += 1
+    return swapped
