@@ -27,6 +27,7 @@ import torch
 from specbench import kv
 from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.errors import DrafterOptionError
+from specbench.linear import use_kernel
 from specbench.results import first_divergence
 from specbench.tree import DraftTree
 
@@ -91,8 +92,9 @@ class SpSDrafter(Drafter):
                 raise DrafterOptionError("sps self_draft=int8 runs on CPU only; use self_draft=layers:N on GPU")
             with warnings.catch_warnings():  # torch deprecates the quantized-tensor API it uses inside
                 warnings.simplefilter("ignore", UserWarning)
-                draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target.model), {torch.nn.Linear},
-                                                               dtype=torch.qint8)
+                plain = copy.deepcopy(target.model)
+                use_kernel(plain, "torch")  # quantize_dynamic matches nn.Linear by exact type (specbench.linear)
+                draft = torch.ao.quantization.quantize_dynamic(plain, {torch.nn.Linear}, dtype=torch.qint8)
         else:
             draft = _first_layers(target.model, _layer_count(self.self_draft))
         return draft.eval(), f"self {self.self_draft} of {target.fingerprint}"

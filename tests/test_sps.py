@@ -109,3 +109,16 @@ def test_a_different_tokenizer_is_named():
     with pytest.raises(DrafterOptionError, match="tokenizer differs"):
         _check_same_tokenizer(Tok(vocab={"a": 0, "b": 1}), Tok(vocab={"a": 0, "c": 1}), "draft.gguf")
     _check_same_tokenizer(Tok(vocab={"a": 0}), Tok(vocab={"a": 0}), "draft.gguf")  # equal: no error
+
+
+def test_the_int8_self_draft_is_quantized_on_the_weight_left_target(llama_target):
+    """The target's layers run weight-left (specbench.linear); quantize_dynamic matches nn.Linear by exact
+    type, so the int8 copy must be made from a torch-kernel copy, or it would silently stay float32."""
+    drafter = SpSDrafter(self_draft="int8", depth=2)
+    drafter.reset(llama_target.handle)
+    linears = [m for m in drafter._draft.modules() if isinstance(m, torch.nn.Linear)]
+    assert not linears, f"{len(linears)} float linear layers left in the int8 draft"
+    assert any("quantized" in type(m).__module__ for m in drafter._draft.modules())
+    assert llama_target.linear_kernel == "weight-left"  # the target itself is untouched by the copy
+    assert all(type(m).__name__ == "WeightLeftLinear" for m in llama_target.model.modules()
+               if isinstance(m, torch.nn.Linear))
