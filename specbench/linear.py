@@ -1,13 +1,13 @@
 """Linear layers for a few rows on a CPU: the weight as the left operand of the product.
 
 A decode step multiplies every weight matrix by one row, a verification tree by one row per node. On the
-2-core EPYC this project is measured on, torch's ``F.linear(x, W)`` (MKL, fp32) takes its matrix-vector
-path for one row and a small-M GEMM for 2-16 rows, and both stream the weights at a fraction of the
-memory bandwidth: the default target's 30 layers cost ~34 ms for one row, ~50-70 ms for 2-16. The same
+2-core EPYC this project is measured on, torch's ``F.linear(x, W)`` (MKL, fp32) takes its
+matrix-vector path for one row and a small-M GEMM for 2-16 rows, and neither streams the weights at the
+memory's speed: the default target's 30 layers cost 35 ms for one row and 46-57 ms for 2-4. The same
 product written with the weight on the left, ``(W @ x^T)^T`` (x^T a transposed view, so MKL reads it in
-place), streams each weight once at near bandwidth: ~15 ms for 2 rows, ~20 ms for 4, ~39 ms for 8
-(`scripts/linear_layouts.py`; docs/performance.md, "Linear layouts"). One row is padded to two, since the
-one-column product falls back to the slow matrix-vector path.
+place), streams each weight once: 17-18 ms for one or two rows, 23 ms for three or four
+(`scripts/linear_layouts.py`; docs/performance.md, "The weight-left kernel"). One row is padded to two,
+since the one-column product falls back to the slow matrix-vector path.
 
 Terminology: the **kernel** of a target is ``weight-left`` (this module's product for 1-`WEIGHT_LEFT_MAX_ROWS`
 rows, torch's above) or ``torch`` (``F.linear`` everywhere). ``auto`` (the default) is ``weight-left`` for a
@@ -31,8 +31,8 @@ from specbench.errors import SpecbenchError
 
 KERNELS = ("weight-left", "torch")
 ENV = "SPECBENCH_LINEAR"
-#: above this many rows torch's GEMM path is as fast (measured in situ on the default target: 12-64 rows
-#: within noise of each other, 1-8 rows 1.3-1.9x faster weight-left)
+#: above this many rows torch's GEMM path is as fast (the default target's profile: 1-8 nodes 0.35-0.76x
+#: torch's cost weight-left, 16 nodes 0.86x, 24-64 within 1%; 12 nodes is the exception, 1.10x)
 WEIGHT_LEFT_MAX_ROWS = 16
 
 
