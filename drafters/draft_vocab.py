@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specbench.linear import linear
+from specbench.linear import linear_function
 
 RANKING_KEY = "vocab_ranking"
 #: tokens a head drafter scores by default (when its checkpoint stores a ranking); chosen by measurement,
@@ -53,6 +53,7 @@ class DraftVocab:
             self.weight = lm_head.weight.detach()[ids].contiguous()  # [V', H], a copy of V' rows
             bias = getattr(lm_head, "bias", None)
             self.bias = bias.detach()[ids] if bias is not None else None
+            self._linear = linear_function(self.weight.device, self.weight.dtype)  # the target's kernel rule
 
     @property
     def size(self) -> int:
@@ -62,7 +63,7 @@ class DraftVocab:
         """features [..., H] -> logits [..., V'] over the drafter's vocabulary."""
         if self.ids is None:
             return self.lm_head(features)
-        return linear(features, self.weight, self.bias)  # the target's kernel choice (specbench.linear)
+        return self._linear(features, self.weight, self.bias)
 
     def token_ids(self, indices: torch.Tensor) -> torch.Tensor:
         """Indices into the drafter's vocabulary -> the target's token ids (same shape)."""

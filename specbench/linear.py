@@ -22,6 +22,7 @@ The lossless tests run with the kernel a run would use.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -69,11 +70,10 @@ def weight_left_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` with the kernel `auto` picks for ``weight``'s device and dtype (drafters' projections)."""
-    if chosen_kernel(weight.device, weight.dtype) == "weight-left":
-        return weight_left_linear(x, weight, bias)
-    return F.linear(x, weight, bias)
+def linear_function(device: torch.device, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
+    """The ``F.linear``-like function of the kernel `chosen_kernel` picks, chosen once by a caller that holds
+    its own weights (a drafter's draft ``lm_head``), so the hot path does not ask again."""
+    return weight_left_linear if chosen_kernel(device, dtype) == "weight-left" else F.linear
 
 
 class WeightLeftLinear(nn.Linear):
