@@ -15,7 +15,7 @@ from specbench.drafter import Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.drafters.published import load_published, published_method
 from specbench.errors import DrafterOptionError, SpecbenchError
-from specbench.linear import chosen_kernel, use_kernel
+from specbench.linear import kernel_of, use_kernel
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
@@ -77,7 +77,7 @@ class CheckpointDrafter(Drafter):
             module = self.build_module(recipe, target)
             module.load_state_dict(state)
             self.module = module.to(device=target.device, dtype=target.dtype).eval()
-            use_kernel(self.module, chosen_kernel(target.device, target.dtype))  # the target's rule (specbench.linear)
+            use_kernel(self.module, kernel_of(target.lm_head))  # the target's kernel (specbench.linear)
             self.vocab = self.draft_vocabulary(target, ranking)
             own = getattr(self.module, "lm_heads", None)
             self.head_vocabs = [DraftVocab(projection, None, 0) for projection in own] if own is not None else None

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specbench.linear import linear_function
+from specbench.linear import kernel_of, weight_left_linear
 
 RANKING_KEY = "vocab_ranking"
 #: tokens a head drafter scores by default (when its checkpoint stores a ranking); chosen by measurement,
@@ -53,7 +53,8 @@ class DraftVocab:
             self.weight = lm_head.weight.detach()[ids].contiguous()  # [V', H], a copy of V' rows
             bias = getattr(lm_head, "bias", None)
             self.bias = bias.detach()[ids] if bias is not None else None
-            self._linear = linear_function(self.weight.device, self.weight.dtype)  # the target's kernel rule
+            # the target lm_head's kernel (specbench.linear), decided once rather than on every draft call
+            self._linear = weight_left_linear if kernel_of(lm_head) == "weight-left" else nn.functional.linear
 
     @property
     def size(self) -> int:

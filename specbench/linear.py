@@ -22,7 +22,6 @@ The lossless tests run with the kernel a run would use.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -70,18 +69,18 @@ def weight_left_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def linear_function(device: torch.device, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
-    """The ``F.linear``-like function of the kernel `chosen_kernel` picks, chosen once by a caller that holds
-    its own weights (a drafter's draft ``lm_head``), so the hot path does not ask again."""
-    return weight_left_linear if chosen_kernel(device, dtype) == "weight-left" else F.linear
-
-
 class WeightLeftLinear(nn.Linear):
     """An ``nn.Linear`` whose forward is `weight_left_linear`; `use_kernel` swaps a module's class to it
     (same parameters, same state dict, still an ``nn.Linear``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return weight_left_linear(x, self.weight, self.bias)
+
+
+def kernel_of(layer: nn.Module) -> str:
+    """The kernel a target's layer runs on, so a drafter that reuses its weights (a draft ``lm_head`` cut from
+    the target's, its own heads) follows the target rather than deciding again."""
+    return "weight-left" if isinstance(layer, WeightLeftLinear) else "torch"
 
 
 def use_kernel(model: nn.Module, kernel: str) -> int:

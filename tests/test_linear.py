@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from specbench.errors import SpecbenchError
-from specbench.linear import (ENV, WEIGHT_LEFT_MAX_ROWS, WeightLeftLinear, chosen_kernel, linear_function, use_kernel,
+from specbench.linear import (ENV, WEIGHT_LEFT_MAX_ROWS, WeightLeftLinear, chosen_kernel, kernel_of, use_kernel,
                               weight_left_linear)
 from specbench.profile import cache_path, profile_key
 
@@ -64,12 +64,10 @@ def test_use_kernel_swaps_plain_linears_only_and_back():
 def test_the_kernel_rule_and_its_override(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     assert chosen_kernel(torch.device("cpu"), torch.float32) == "weight-left"
-    assert linear_function(torch.device("cpu"), torch.float32) is weight_left_linear
     assert chosen_kernel(torch.device("cpu"), torch.bfloat16) == "torch"
     assert chosen_kernel(torch.device("cuda"), torch.float32) == "torch"
     monkeypatch.setenv(ENV, "torch")
     assert chosen_kernel(torch.device("cpu"), torch.float32) == "torch"
-    assert linear_function(torch.device("cpu"), torch.float32) is F.linear  # torch's own kernel
     monkeypatch.setenv(ENV, "fastest")
     with pytest.raises(SpecbenchError, match="SPECBENCH_LINEAR='fastest'"):
         chosen_kernel(torch.device("cpu"), torch.float32)
@@ -77,7 +75,8 @@ def test_the_kernel_rule_and_its_override(monkeypatch):
 
 def test_the_target_runs_on_the_kernel_and_its_profile_key_says_so(llama_target):
     assert llama_target.linear_kernel == "weight-left"
-    assert isinstance(llama_target.lm_head, WeightLeftLinear)
+    assert isinstance(llama_target.lm_head, WeightLeftLinear) and kernel_of(llama_target.lm_head) == "weight-left"
+    assert kernel_of(nn.Linear(2, 3)) == "torch"
     key = profile_key(llama_target)
     assert key["linear"] == "weight-left"
     assert cache_path(key, Path("/profiles")).name.endswith("-weight-left.json")  # not a torch-kernel profile
