@@ -60,9 +60,12 @@ class HydraHeads(nn.Module):
         self.prefix = PrefixAttention(hidden, prefix_heads, **(prefix_shape or {})) if prefix_heads else None
         self.lm_heads = own_lm_heads(hidden, num_heads, own_vocab, own_bias)
 
-    def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
-        """Teacher-forced features [K, B, H]: head d sees the true root .. y_{d-1} (window_embeddings [B, K, H])."""
-        return torch.stack([head(h, window_embeddings[:, : head.depth]) for head in self.heads])
+    def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor, heads: list[int] | None = None
+                          ) -> torch.Tensor:
+        """Teacher-forced features [K', B, H] of ``heads`` (default: all K): head d sees the true root ..
+        y_{d-1} (window_embeddings [B, K, H])."""
+        chosen = [self.heads[k] for k in heads] if heads is not None else self.heads
+        return torch.stack([head(h, window_embeddings[:, : head.depth]) for head in chosen])
 
 
 class HydraDrafter(HeadDrafter):

@@ -43,9 +43,11 @@ class MedusaHeads(nn.Module):
         """Features of the first ``num_heads`` heads (all by default): a shallow tree needs fewer."""
         return torch.stack([head(h) for head in self.heads[:num_heads]])
 
-    def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor) -> torch.Tensor:
-        """Features [K, B, H] for hidden [B, H]; Medusa heads ignore the draft path's tokens."""
-        return self(h)
+    def training_features(self, h: torch.Tensor, window_embeddings: torch.Tensor, heads: list[int] | None = None
+                          ) -> torch.Tensor:
+        """Features [K', B, H] of ``heads`` (default: all K) for hidden [B, H]; Medusa heads ignore the
+        draft path's tokens."""
+        return self(h) if heads is None else torch.stack([self.heads[k](h) for k in heads])
 
 
 def own_lm_heads(hidden: int, num_heads: int, vocab: int, bias: bool) -> nn.ModuleList | None:

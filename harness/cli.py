@@ -271,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="medusa, hydra: CE on the target's tokens, or on its distributions (Hydra++)")
     train.add_argument("--prefix-heads", type=int, default=0,
                        help="hydra: add Hydra++'s prefix attention layer with this many attention heads (0: none)")
+    train.add_argument("--init-from", default=None,
+                       help="medusa, hydra: start from this trained checkpoint (stem) of the same method; its heads "
+                            "and prefix layer are loaded, heads beyond its count start fresh")
+    train.add_argument("--freeze-loaded", action="store_true",
+                       help="medusa, hydra, with --init-from: train only the new heads (extend a drafter deeper)")
     train.add_argument("--num-slots", type=int, default=4, help="ctc: T slots")
     train.add_argument("--num-labels", type=int, default=2, help="ctc: N target tokens per anchor (N < T)")
     train.add_argument("--anchors-per-sample", type=int, default=32,
@@ -614,6 +619,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.train_vocab < 0:
         raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
+    if (args.init_from or args.freeze_loaded) and args.method not in MODULES:
+        raise SpecbenchError(f"--init-from and --freeze-loaded are medusa and hydra options, not {args.method}'s")
     if args.noise < 0:
         raise SpecbenchError("--noise must be 0 (none) or positive")
     if args.threads:
@@ -638,7 +645,8 @@ def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
     config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
                              num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
                              max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
-                             prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype)
+                             prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype,
+                             init_from=args.init_from, freeze_loaded=args.freeze_loaded)
     recipe = train_heads(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "

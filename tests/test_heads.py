@@ -161,13 +161,13 @@ def test_teacher_loss_targets_the_targets_distribution(llama_target, cache):
     assert (labels == IGNORE).tolist() == [[False, False, True], [False, True, True]]
     with torch.no_grad():
         teacher = torch.stack([llama_target.lm_head(hidden[(index + 1 + k).clamp(max=len(hidden) - 1)].float()) for k in range(2)])
-        loss = teacher_loss(teacher, labels, hidden, index, llama_target)
+        loss = teacher_loss(teacher, labels, hidden, index, llama_target, [0, 1])
         probs = teacher.softmax(-1)
         entropy = -(probs * probs.log()).sum(-1)  # [2, 3]
         valid = labels != IGNORE
         expected = (entropy * valid).sum(1) / valid.sum(1)
     torch.testing.assert_close(loss, expected, rtol=1e-4, atol=1e-5)
-    shifted = teacher_loss(teacher.roll(1, dims=-1), labels, hidden, index, llama_target)
+    shifted = teacher_loss(teacher.roll(1, dims=-1), labels, hidden, index, llama_target, [0, 1])
     assert (shifted > loss).all()
 
 
@@ -287,3 +287,47 @@ def test_teacher_loss_refuses_a_train_vocabulary(llama_target, cache, tmp_path):
     config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h"), loss="teacher", train_vocab=8)
     with pytest.raises(SpecbenchError, match="needs the whole vocabulary"):
         train_heads(config, llama_target, progress=False)
+
+
+def test_a_trained_hydra_extended_by_a_frozen_start_keeps_its_heads_and_trains_the_new_one(llama_target, cache, tmp_path):
+    """``init_from`` + ``freeze_loaded``: the checkpoint's heads, prefix layer and draft vocabulary are kept
+    bit for bit, only the added head learns (its loss falls), the recipe says where it started, and the
+    deeper drafter stays lossless."""
+    base = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h2"), num_heads=2, epochs=2,
+                           lr=1e-2, batch_size=128, warmup_steps=2, max_rank=4, prefix_heads=4, train_vocab=24)
+    first = train_heads(base, llama_target, progress=False)
+    extended = HeadTrainConfig(**(vars(base) | {"out": str(tmp_path / "h3"), "num_heads": 3, "init_from": base.out,
+                                                "freeze_loaded": True, "epochs": 3}))
+    recipe = train_heads(extended, llama_target, progress=False)
+    before = HydraDrafter(checkpoint=base.out, draft_vocab=24)
+    after = HydraDrafter(checkpoint=extended.out, draft_vocab=24)
+    before.reset(llama_target.handle)
+    after.reset(llama_target.handle)
+    old, new = before.module.state_dict(), after.module.state_dict()
+    assert all(torch.equal(old[k], new[k]) for k in old)  # every loaded parameter unchanged
+    assert new["heads.2.mix.weight"].abs().sum() > 0  # the new head moved from its zero start
+    assert torch.equal(before.vocab.ids, after.vocab.ids)  # the draft vocabulary is the checkpoint's
+    assert recipe["metrics"]["heldout_top1"][:2] == pytest.approx(first["metrics"]["heldout_top1"])
+    assert recipe["hyperparameters"]["trained_heads"] == [2] and len(recipe["history"][0]["train_loss_per_head"]) == 1
+    assert recipe["history"][-1]["train_loss_per_head"][0] < recipe["history"][0]["train_loss_per_head"][0]
+    start = recipe["hyperparameters"]["initialised_from"]
+    assert start["heads"] == 2 and start["frozen"] is True and start["checkpoint"] == "h2"
+    assert len(after.module.heads) == 3
+    prompt = [5, 17, 42, 8]
+    result = generate(llama_target, after, prompt, max_new_tokens=20, budget=8)
+    assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
+
+
+@pytest.mark.parametrize("change, problem", [({"init_from": None}, "--freeze-loaded needs --init-from"),
+                                             ({"num_heads": 2}, "already has 2 heads"),
+                                             ({"method": "medusa", "prefix_heads": 0}, "a hydra checkpoint, not medusa"),
+                                             ({"prefix_heads": 2}, "its --prefix-heads is 4, not 2"),
+                                             ({"num_layers": 2}, "its --num-layers is 1, not 2")])
+def test_warm_starts_that_cannot_work_are_refused(change, problem, llama_target, cache, tmp_path):
+    base = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h2"), num_heads=2, epochs=1,
+                           batch_size=128, warmup_steps=1, prefix_heads=4)
+    train_heads(base, llama_target, progress=False)
+    bad = HeadTrainConfig(**(vars(base) | {"out": str(tmp_path / "h3"), "num_heads": 3, "init_from": base.out,
+                                           "freeze_loaded": True} | change))
+    with pytest.raises(SpecbenchError, match=problem):
+        train_heads(bad, llama_target, progress=False)

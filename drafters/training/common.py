@@ -30,15 +30,16 @@ def checked_manifest(cache: Path, target: TargetModel) -> dict:
 TRAIN_DTYPES = ("float32", "bfloat16")
 
 
-def training_vocabularies(cache: Path, target: TargetModel, train_vocab: int):
+def training_vocabularies(cache: Path, target: TargetModel, train_vocab: int, ranking: torch.Tensor | None = None):
     """(ranking, train vocabulary, evaluation vocabulary) shared by every trainer.
 
-    ranking IntTensor[V]: token ids by count in the cache (stored in the checkpoint for ``draft_vocab``);
+    ranking IntTensor[V]: token ids by count in the cache (stored in the checkpoint for ``draft_vocab``),
+    unless given (a warm start keeps its checkpoint's);
     the train vocabulary is the ``train_vocab`` most frequent tokens (None: all of them); held-out metrics
     are scored over it, or, without one, over the cut inference drafts over by default."""
     from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, DraftVocab, token_ranking
 
-    ranking = token_ranking(Path(cache), target.config.vocab_size)
+    ranking = token_ranking(Path(cache), target.config.vocab_size) if ranking is None else ranking
     train = DraftVocab(target.lm_head, ranking, train_vocab) if train_vocab else None
     return ranking, train, train or DraftVocab(target.lm_head, ranking, DEFAULT_DRAFT_VOCAB)
 

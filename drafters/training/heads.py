@@ -53,6 +53,8 @@ class HeadTrainConfig:
     prefix_heads: int = 0  # hydra: > 0 adds Hydra++'s prefix attention layer with that many attention heads
     train_vocab: int = 0  # > 0: score only the N most frequent tokens in training (labels outside are ignored)
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
+    init_from: str | None = None  # a trained checkpoint of this method whose heads (and prefix layer) start this one
+    freeze_loaded: bool = False  # with init_from: train only the heads the checkpoint lacks (extend a drafter)
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -91,32 +93,33 @@ def position_dataset(cache: Path, split: str, lookahead: int, limit: int | None 
 
 
 def head_logits(module: nn.Module, target: TargetModel, hidden: torch.Tensor, windows: torch.Tensor,
-                vocab: DraftVocab | None = None) -> torch.Tensor:
-    """Logits [K, B, V'] of every head for hidden [B, H] and windows [B, K + 1], over ``vocab`` (default:
-    the whole vocabulary, V' = V)."""
+                vocab: DraftVocab | None = None, heads: list[int] | None = None) -> torch.Tensor:
+    """Logits [K', B, V'] of ``heads`` (default: all K) for hidden [B, H] and windows [B, K + 1], over
+    ``vocab`` (default: the whole vocabulary, V' = V)."""
     k = len(module.heads)
     path_tokens = windows[:, :k].clamp(min=0)  # [B, K] (padding -> token 0, its labels are ignored)
     with torch.no_grad():
         path_embeddings = target.handle.embed_tokens(path_tokens.to(target.device))  # [B, K, H]
-    features = module.training_features(hidden, path_embeddings.to(hidden.dtype))  # [K, B, H]
+    features = module.training_features(hidden, path_embeddings.to(hidden.dtype), heads)  # [K', B, H]
     return vocab.logits(features) if vocab is not None else target.lm_head(features)
 
 
 def teacher_loss(logits: torch.Tensor, labels: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor,
-                 target: TargetModel) -> torch.Tensor:
-    """Per-head cross-entropy [K] against the target's own distributions (Hydra++'s teacher loss).
+                 target: TargetModel, heads: list[int]) -> torch.Tensor:
+    """Per-head cross-entropy [K'] against the target's own distributions (Hydra++'s teacher loss).
 
     Head k (0-based) on position t guesses x_{t+2+k}; the target's distribution over that token comes from
     its hidden state at t+1+k, which is row ``index + 1 + k`` of the flat dataset whenever the label
-    exists (rows of one sample are consecutive positions). logits [K, B, V], labels [K, B], index [B].
+    exists (rows of one sample are consecutive positions). logits [K', B, V] and labels [K', B] of the
+    heads numbered ``heads``, index [B].
     """
     losses = []
-    for k in range(logits.shape[0]):
-        valid = labels[k] != IGNORE  # [B]
+    for row, k in enumerate(heads):
+        valid = labels[row] != IGNORE  # [B]
         rows = (index + 1 + k).clamp(max=len(hidden) - 1)
         with torch.no_grad():
             teacher = target.lm_head(hidden[rows].to(target.device, target.dtype)).float().softmax(dim=-1)  # [B, V]
-        per_position = -(teacher * logits[k].float().log_softmax(dim=-1)).sum(dim=-1)  # [B]
+        per_position = -(teacher * logits[row].float().log_softmax(dim=-1)).sum(dim=-1)  # [B]
         losses.append((per_position * valid).sum() / valid.sum().clamp(min=1))
     return torch.stack(losses)
 
@@ -238,23 +241,29 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         raise SpecbenchError("prefix attention (--prefix-heads) is a hydra option")
     if config.train_vocab and config.loss == "teacher":
         raise SpecbenchError("--loss teacher needs the whole vocabulary (--train-vocab 0)")
+    if config.freeze_loaded and not config.init_from:
+        raise SpecbenchError("--freeze-loaded needs --init-from (the checkpoint whose heads stay fixed)")
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
-    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab)
-    precision = autocast(target.device, config.dtype)
     options = {"prefix_heads": config.prefix_heads} if config.prefix_heads else {}
     module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers, **options)
     module = module.to(target.device)
+    start = warm_start(module, Path(config.init_from), config, target) if config.init_from else None
+    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab,
+                                                       start.ranking if start else None)
+    trained = start.trained_heads if start else list(range(config.num_heads))  # heads whose loss is optimised
+    precision = autocast(target.device, config.dtype)
     if config.prefix_heads:
         samples = [s for s in iter_samples(Path(config.cache), "train") if response_positions(s)[1] > response_positions(s)[0]]
         batches = SequenceBatches(samples, config.num_heads, config.batch_size)
     else:
         hidden, windows = position_dataset(Path(config.cache), "train", config.num_heads, config.max_train_positions)
         batches = PositionBatches(hidden, windows, config.batch_size)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=config.lr,
+                                  weight_decay=config.weight_decay)
     scheduler = warmup_cosine(optimizer, config.warmup_steps, batches.steps * config.epochs)
-    weights = torch.tensor([config.head_decay**k for k in range(config.num_heads)], device=target.device)
+    weights = torch.tensor([config.head_decay**k for k in trained], device=target.device)
     stem = Path(config.out)
     checkpoints = EpochCheckpoints(stem, module, optimizer, scheduler)
     first_epoch, history, seconds = checkpoints.resume(config.epochs)
@@ -270,16 +279,16 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         for make_inputs in bar:
             h, w, raw, index = make_inputs(module)  # h [B, H] (grad flows into a prefix layer), w [B, K + 1]
             h, w = h.to(target.device, module_dtype(module)), w.to(target.device)
-            labels = w[:, 1 : config.num_heads + 1].T  # [K, B] target token ids
+            labels = w[:, 1 : config.num_heads + 1].T[trained]  # [K', B] target token ids of the trained heads
             with precision:
-                logits = head_logits(module, target, h, w, vocab)  # [K, B, V'] (V' = V without a train vocabulary)
+                logits = head_logits(module, target, h, w, vocab, trained)  # [K', B, V'] (V' = V without a train vocabulary)
                 if config.loss == "teacher":
-                    per_head = teacher_loss(logits, labels, raw, index, target)
+                    per_head = teacher_loss(logits, labels, raw, index, target, trained)
                 else:
-                    classes = vocab.label_indices(labels, IGNORE) if vocab is not None else labels  # [K, B]
+                    classes = vocab.label_indices(labels, IGNORE) if vocab is not None else labels  # [K', B]
                     per_head = torch.stack([
-                        nn.functional.cross_entropy(logits[k].float(), classes[k], ignore_index=IGNORE)
-                        for k in range(config.num_heads)
+                        nn.functional.cross_entropy(logits[row].float(), classes[row], ignore_index=IGNORE)
+                        for row in range(len(trained))
                     ])
             loss = (weights * per_head).sum()
             optimizer.zero_grad(set_to_none=True)
@@ -297,9 +306,56 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     with precision:  # scored over the vocabulary inference drafts over by default (see draft_vocab.py)
         metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
+    extra = {"initialised_from": start.provenance, "trained_heads": trained} if start else {}
     return write_trained(stem, module, ranking, target, config, manifest,
                          {"train_positions": batches.positions, "heldout_positions": len(held_hidden)},
-                         metrics, history, seconds)
+                         metrics, history, seconds, **extra)
+
+
+@dataclass
+class WarmStart:
+    """What a checkpoint loaded by `warm_start` brings: its token ranking (the draft vocabulary stays the
+    one its heads were trained over), the heads left to train, and its provenance for the new recipe."""
+
+    ranking: torch.Tensor | None
+    trained_heads: list[int]
+    provenance: dict
+
+
+def warm_start(module: nn.Module, stem: Path, config: HeadTrainConfig, target: TargetModel) -> WarmStart:
+    """Start ``module`` from a trained checkpoint of the same method: every parameter the checkpoint has
+    (its K0 heads, the prefix layer) is loaded, the heads beyond K0 start fresh. With ``freeze_loaded`` the
+    loaded parameters stay fixed and only heads K0 .. K - 1 are trained: a drafter extended by deeper heads
+    at a fraction of the cost, its first heads (and their held-out accuracies) unchanged."""
+    from specbench.checkpoint import load_checkpoint
+    from specbench.drafters.draft_vocab import RANKING_KEY
+
+    state, recipe = load_checkpoint(stem, target.handle)
+    ranking = state.pop(RANKING_KEY, None)
+    if recipe.get("method") != config.method:
+        raise SpecbenchError(f"--init-from {stem}: a {recipe.get('method')} checkpoint, not {config.method}")
+    for name, default in (("num_layers", 1), ("prefix_heads", 0)):
+        theirs = recipe["hyperparameters"].get(name, default)
+        if theirs != getattr(config, name):
+            raise SpecbenchError(f"--init-from {stem}: its --{name.replace('_', '-')} is {theirs}, not {getattr(config, name)}")
+    own = module.state_dict()
+    misfit = [k for k, v in state.items() if k not in own or own[k].shape != v.shape]
+    if misfit:
+        raise SpecbenchError(f"--init-from {stem}: its {misfit[0]} does not fit a {config.method} with these options "
+                             "(--num-layers, --prefix-heads and the first heads must match)")
+    module.load_state_dict(state, strict=False)
+    loaded_heads = int(recipe["hyperparameters"]["num_heads"])
+    if config.freeze_loaded:
+        for name, parameter in module.named_parameters():
+            parameter.requires_grad_(name not in state)
+        if loaded_heads >= config.num_heads:
+            raise SpecbenchError(f"--freeze-loaded: {stem} already has {loaded_heads} heads; ask for more with --num-heads")
+    trained = list(range(loaded_heads, config.num_heads)) if config.freeze_loaded else list(range(config.num_heads))
+    provenance = {"checkpoint": stem.name, "heads": loaded_heads, "frozen": config.freeze_loaded,
+                  "hyperparameters": recipe.get("hyperparameters"), "training_seconds": recipe.get("training_seconds"),
+                  "train_positions": recipe.get("data", {}).get("train_positions"),
+                  "heldout_top1": recipe.get("metrics", {}).get("heldout_top1")}
+    return WarmStart(ranking, trained, provenance)
 
 
 def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torch.Tensor, torch.Tensor]:
