@@ -283,10 +283,26 @@ def test_training_over_a_cut_or_in_bf16_autocast(train_vocab, dtype, llama_targe
     assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 20, llama_target.eos_ids)
 
 
-def test_teacher_loss_refuses_a_train_vocabulary(llama_target, cache, tmp_path):
-    config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h"), loss="teacher", train_vocab=8)
-    with pytest.raises(SpecbenchError, match="needs the whole vocabulary"):
-        train_heads(config, llama_target, progress=False)
+def test_teacher_loss_over_a_train_vocabulary_is_the_renormalised_teacher(llama_target, cache, tmp_path):
+    """Over a cut, the soft labels are the target's distribution restricted to the cut and renormalised:
+    with the student's logits equal to the target's on the cut, the loss is that distribution's entropy."""
+    from specbench.drafters.draft_vocab import DraftVocab, token_ranking
+    from specbench.drafters.training.heads import teacher_loss
+
+    vocab = DraftVocab(llama_target.lm_head, token_ranking(cache, llama_target.config.vocab_size), 16)
+    hidden, windows = position_dataset(cache, "train", lookahead=1)
+    index = torch.tensor([0, 1, 2])
+    labels = windows[index, 1:2].T  # [1, 3]
+    with torch.no_grad():
+        student = llama_target.lm_head(hidden[index + 1].float())[:, vocab.ids][None]  # [1, 3, 16]
+        loss = teacher_loss(student, labels, hidden, index, llama_target, [0], vocab)
+        probs = student[0].softmax(-1)
+        expected = -(probs * probs.log()).sum(-1).mean()
+    torch.testing.assert_close(loss[0], expected, rtol=1e-4, atol=1e-5)
+    config = HeadTrainConfig(method="hydra", cache=str(cache), out=str(tmp_path / "h"), num_heads=2, epochs=2, lr=3e-3,
+                             batch_size=32, warmup_steps=2, loss="teacher", train_vocab=24)
+    recipe = train_heads(config, llama_target, progress=False)
+    assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
 
 
 def test_a_trained_hydra_extended_by_a_frozen_start_keeps_its_heads_and_trains_the_new_one(llama_target, cache, tmp_path):

@@ -49,7 +49,8 @@ class HeadTrainConfig:
     max_rank: int = 10
     max_train_positions: int | None = None
     seed: int = 0
-    loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++)
+    loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++),
+    # over the train vocabulary when there is one (renormalised there)
     prefix_heads: int = 0  # hydra: > 0 adds Hydra++'s prefix attention layer with that many attention heads
     train_vocab: int = 0  # > 0: score only the N most frequent tokens in training (labels outside are ignored)
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
@@ -105,20 +106,22 @@ def head_logits(module: nn.Module, target: TargetModel, hidden: torch.Tensor, wi
 
 
 def teacher_loss(logits: torch.Tensor, labels: torch.Tensor, hidden: torch.Tensor, index: torch.Tensor,
-                 target: TargetModel, heads: list[int]) -> torch.Tensor:
+                 target: TargetModel, heads: list[int], vocab: DraftVocab | None = None) -> torch.Tensor:
     """Per-head cross-entropy [K'] against the target's own distributions (Hydra++'s teacher loss).
 
     Head k (0-based) on position t guesses x_{t+2+k}; the target's distribution over that token comes from
     its hidden state at t+1+k, which is row ``index + 1 + k`` of the flat dataset whenever the label
-    exists (rows of one sample are consecutive positions). logits [K', B, V] and labels [K', B] of the
-    heads numbered ``heads``, index [B].
+    exists (rows of one sample are consecutive positions). logits [K', B, V'] and labels [K', B] of the
+    heads numbered ``heads``, index [B]. With a train ``vocab`` (V' < V) the target's distribution is
+    renormalised over the V' tokens the drafter can propose.
     """
+    project = vocab.logits if vocab is not None else target.lm_head
     losses = []
     for row, k in enumerate(heads):
         valid = labels[row] != IGNORE  # [B]
         rows = (index + 1 + k).clamp(max=len(hidden) - 1)
         with torch.no_grad():
-            teacher = target.lm_head(hidden[rows].to(target.device, target.dtype)).float().softmax(dim=-1)  # [B, V]
+            teacher = project(hidden[rows].to(target.device, target.dtype)).float().softmax(dim=-1)  # [B, V']
         per_position = -(teacher * logits[row].float().log_softmax(dim=-1)).sum(dim=-1)  # [B]
         losses.append((per_position * valid).sum() / valid.sum().clamp(min=1))
     return torch.stack(losses)
@@ -239,8 +242,6 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         raise SpecbenchError(f"unknown loss {config.loss!r}; choose greedy or teacher")
     if config.prefix_heads and config.method != "hydra":
         raise SpecbenchError("prefix attention (--prefix-heads) is a hydra option")
-    if config.train_vocab and config.loss == "teacher":
-        raise SpecbenchError("--loss teacher needs the whole vocabulary (--train-vocab 0)")
     if config.freeze_loaded and not config.init_from:
         raise SpecbenchError("--freeze-loaded needs --init-from (the checkpoint whose heads stay fixed)")
     manifest = checked_manifest(Path(config.cache), target)
@@ -283,7 +284,7 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
             with precision:
                 logits = head_logits(module, target, h, w, vocab, trained)  # [K', B, V'] (V' = V without a train vocabulary)
                 if config.loss == "teacher":
-                    per_head = teacher_loss(logits, labels, raw, index, target, trained)
+                    per_head = teacher_loss(logits, labels, raw, index, target, trained, vocab)
                 else:
                     classes = vocab.label_indices(labels, IGNORE) if vocab is not None else labels  # [K', B]
                     per_head = torch.stack([
