@@ -66,6 +66,10 @@ jobs=(
   "medusa-2l-v8k-e8b512      medusa --epochs 8 --train-vocab 8192 --num-layers 2 --batch-size 512"
   "medusa-3l-v8k-e8b512      medusa --epochs 8 --train-vocab 8192 --num-layers 3 --batch-size 512"
   "eagle-v8k-e4              eagle --epochs 4 --samples-per-step 8 --lr 1e-3 --train-vocab 8192"
+  # session 22 (CPU): one epoch of teacher-loss fine-tuning lifted the shipped hydra by +0.015 on MT-bench @16
+  # (training.md); from scratch with it, 4 epochs on the whole cache, and 6 heads
+  "hydrapp-teacher-v8k-e4    hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher"
+  "hydrapp-teacher-6h-v8k-e4 hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher --num-heads 6"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")
