@@ -70,6 +70,9 @@ jobs=(
   # (training.md); from scratch with it, 4 epochs on the whole cache, and 6 heads
   "hydrapp-teacher-v8k-e4    hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher"
   "hydrapp-teacher-6h-v8k-e4 hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher --num-heads 6"
+  # session 23 (CPU): two teacher epochs as a fine-tune gave medusa +0.02 on MT-bench @16 but lower held-out
+  # top-1 on every head (training.md); from scratch with it, 4 epochs on the whole cache
+  "medusa-2l-teacher-v8k-e4  medusa --epochs 4 --train-vocab 8192 --num-layers 2 --loss teacher"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")
