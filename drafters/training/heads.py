@@ -344,13 +344,13 @@ def warm_start(module: nn.Module, stem: Path, config: HeadTrainConfig, target: T
     if misfit:
         raise SpecbenchError(f"--init-from {stem}: its {misfit[0]} does not fit a {config.method} with these options "
                              "(--num-layers, --prefix-heads and the first heads must match)")
-    module.load_state_dict(state, strict=False)
     loaded_heads = int(recipe["hyperparameters"]["num_heads"])
+    if config.freeze_loaded and loaded_heads >= config.num_heads:
+        raise SpecbenchError(f"--freeze-loaded: {stem} already has {loaded_heads} heads; ask for more with --num-heads")
+    module.load_state_dict(state, strict=False)
     if config.freeze_loaded:
         for name, parameter in module.named_parameters():
             parameter.requires_grad_(name not in state)
-        if loaded_heads >= config.num_heads:
-            raise SpecbenchError(f"--freeze-loaded: {stem} already has {loaded_heads} heads; ask for more with --num-heads")
     trained = list(range(loaded_heads, config.num_heads)) if config.freeze_loaded else list(range(config.num_heads))
     provenance = {"checkpoint": stem.name, "heads": loaded_heads, "frozen": config.freeze_loaded,
                   "hyperparameters": recipe.get("hyperparameters"), "training_seconds": recipe.get("training_seconds"),
