@@ -34,6 +34,16 @@ def test_measured_on_a_tiny_model_round_trips_and_is_cached_by_key(tmp_path):
     assert "| 8 |" in profile.table()
 
 
+def test_shapes_that_build_the_same_tree_share_one_median():
+    """1 and 2 nodes are the same forward in every shape: their samples are pooled, so the shapes' ratios
+    to one node share a denominator; different trees keep their own timings."""
+    target = make_target(build_tiny_model("llama"))
+    profile = measure_profile(target, sizes=[1, 2, 3, 8], shapes=["chain", "bushy"], prefix=20, repeats=3, warmup=1)
+    chain, bushy = profile.ms["chain"], profile.ms["bushy"]
+    assert chain[:2] == bushy[:2]
+    assert chain[2:] != bushy[2:]
+
+
 def test_cost_is_interpolated_between_sizes_and_averaged_over_shapes():
     profile = synthetic([10, 12, 16, 24], [10, 14, 18, 30])
     assert profile.cost_ms(1, "chain") == 10 and profile.cost_ms(4, "bushy") == 18
