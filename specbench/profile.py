@@ -193,7 +193,11 @@ def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int
     vocab = target.lm_head.weight.shape[0]
     cache = prefilled_cache(target, synthetic_prefix(prefix) % vocab)
     cells = [(shape, n, tree_of_size(n, shape)) for shape in shapes for n in sizes]
-    times: dict[tuple[str, int], list[float]] = {(shape, n): [] for shape, n, _ in cells}
+    # Samples are keyed by the tree's structure, not its shape's name: 1 and 2 nodes are one forward in every
+    # shape, so their samples pool and the shapes share one denominator (unpooled, a noisy 2026-11-26 CPU
+    # profile had the 1-node chain at 43 ms and the 1-node bushy tree at 34 ms, moving every chain ratio).
+    structure = {(shape, n): tuple(tree.parents.tolist()) for shape, n, tree in cells}
+    times: dict[tuple[int, ...], list[float]] = {key: [] for key in structure.values()}
     for round_number in range(warmup + repeats):
         shift = round_number % len(cells)
         for shape, n, tree in cells[shift:] + cells[:shift]:
@@ -202,20 +206,10 @@ def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int
             elapsed = (wall_clock(target.device) - start) * 1000
             rewind(cache, prefix)
             if round_number >= warmup:
-                times[shape, n].append(elapsed)
-    ms = {shape: [statistics.median(pooled_times(times, cells, shape, n)) for n in sizes] for shape in shapes}
+                times[structure[shape, n]].append(elapsed)
+    ms = {shape: [statistics.median(times[structure[shape, n]]) for n in sizes] for shape in shapes}
     return VerifyProfile(key=profile_key(target), sizes=list(sizes), ms=ms, prefix=prefix, repeats=repeats,
                          measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-
-
-def pooled_times(times: dict[tuple[str, int], list[float]], cells: list[tuple[str, int, DraftTree]], shape: str,
-                 n: int) -> list[float]:
-    """Every sample of the (shape, n) cell's tree, pooled over the shapes that build the same tree (1 and 2
-    nodes are one forward in every shape). Without pooling, one noisy median for the 1-node chain and
-    another for the 1-node bushy tree gave the two shapes different denominators (43 against 34 ms in a
-    2026-11-26 CPU profile), and every ratio of one shape moved with it."""
-    parents = next(tree.parents.tolist() for s, size, tree in cells if (s, size) == (shape, n))
-    return [t for s, size, tree in cells if size == n and tree.parents.tolist() == parents for t in times[s, size]]
 
 
 def load_profile(path: Path) -> VerifyProfile:
