@@ -100,17 +100,23 @@ class AttentionDraftModule(nn.Module):
         return torch.cat([vocab, self.blank(features).to(vocab.dtype)], dim=-1)
 
     # ---- training: every anchor of one sequence at once ---------------------------------------------
-    def forward_sequence(self, hidden: torch.Tensor, next_embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-        """Slot features [A, T, H] for anchors [A] of one sequence.
+    def forward_sequence(self, hidden: torch.Tensor, next_embeddings: torch.Tensor, anchors: torch.Tensor,
+                         starts: torch.Tensor | None = None) -> torch.Tensor:
+        """Slot features [A, T, H] for anchors [A] of one sequence, or of several packed end to end.
 
         hidden [P, H]: hidden states of positions 0..P-1; next_embeddings [P, H]: embeddings of tokens 1..P.
-        Anchor s drafts after root x_{s+1} and sees context positions 0..s.
+        Anchor s drafts after root x_{s+1} and sees context positions 0..s. Packed sequences (one forward
+        for a training step's samples, fewer kernel launches on a GPU): starts [P] holds, per row, the row
+        where its sequence begins; an anchor then sees only its own sequence's rows, and RoPE positions count
+        from that sequence's start, so each sequence is computed as it would be alone.
         """
         u = self.context_features(hidden, next_embeddings)  # [P, H]
-        positions = torch.arange(u.shape[0], device=u.device)
-        k, v = self.context_keys_values(u, positions)
-        mask = positions[None, :] <= anchors[:, None]  # [A, P]
-        slot_positions = anchors[:, None] + 1 + torch.arange(self.num_slots, device=u.device)  # [A, T]
+        rows = torch.arange(u.shape[0], device=u.device)
+        starts = torch.zeros_like(rows) if starts is None else starts.to(u.device)  # [P]
+        k, v = self.context_keys_values(u, rows - starts)
+        anchor_starts = starts[anchors]  # [A]
+        mask = (rows[None, :] <= anchors[:, None]) & (rows[None, :] >= anchor_starts[:, None])  # [A, P]
+        slot_positions = (anchors - anchor_starts)[:, None] + 1 + torch.arange(self.num_slots, device=u.device)  # [A, T]
         return self.slot_features(self.slot_inputs(u[anchors]), slot_positions, k, v, mask)
 
 

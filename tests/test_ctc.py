@@ -157,8 +157,10 @@ def cache(llama_target, tmp_path_factory):
 
 @pytest.mark.parametrize("method, drafter_class", [("ctc", CTCDrafter), ("ctc-ce", CTCCrossEntropyDrafter)])
 def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_class, llama_target, cache, tmp_path):
+    # ctc takes the packed path an accelerator takes by default (tested equal to the per-sample one below)
     config = CTCTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_slots=4, num_labels=2,
-                            epochs=3, lr=1e-2, samples_per_step=2, warmup_steps=2, eval_budgets=[2, 6])
+                            epochs=3, lr=1e-2, samples_per_step=2, warmup_steps=2, eval_budgets=[2, 6],
+                            packed=method == "ctc")
     recipe = train_ctc(config, llama_target, progress=False)
     history = recipe["history"]
     assert history[-1]["last_tenth_loss"] < history[0]["first_tenth_loss"]
@@ -229,6 +231,46 @@ def test_anchor_subsets_are_seeded_and_keep_everything_when_large(llama_target, 
         assert sample_loss(module, llama_target, sample, 2, keep=1000) == full
         picks = [sample_loss(module, llama_target, sample, 2, keep=3, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
     assert picks[0] == picks[1] != picks[2] and torch.isfinite(picks[0])
+
+
+@pytest.mark.parametrize("method", ["ctc", "ctc-ce"])
+@pytest.mark.parametrize("cut", [None, 12])
+def test_packed_samples_give_the_per_sample_losses_and_gradients(method, cut, llama_target, cache):
+    """One forward over a step's samples packed end to end (training's path) equals a forward per sample:
+    the same anchors are drawn, each sample sees only its own context at its own RoPE positions, and the
+    losses and gradients match; a sample without anchors is skipped by both."""
+    from specbench.drafters.ctc_module import build_module
+    from specbench.drafters.training.common import training_vocabularies
+    from specbench.drafters.training.ctc import packed_losses, sample_loss
+    from specbench.drafters.training.distill import Sample
+
+    first, *others = list(iter_samples(cache, "train"))[:3]
+    end = first.prompt_len + 2  # two response tokens: no anchor with two labels after the root
+    short = Sample(first.input_ids[:end], first.prompt_len, first.hidden[:end])
+    batch = [first, short, *others]
+    vocab = training_vocabularies(cache, llama_target, cut)[1] if cut else None
+    torch.manual_seed(3)
+    module = build_module(method, 32, 4, 4)
+    with torch.no_grad():
+        for parameter in module.parameters():  # leave the zero initialisation: every branch contributes
+            parameter.add_(0.1 * torch.randn_like(parameter))
+
+    def gradients(loss: torch.Tensor) -> list[torch.Tensor]:
+        module.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in module.parameters() if p.grad is not None]
+
+    picks = torch.Generator().manual_seed(0)
+    alone = [sample_loss(module, llama_target, s, 2, keep=3, generator=picks, vocab=vocab) for s in batch]
+    assert alone[1] is None
+    alone = torch.stack([loss for loss in alone if loss is not None])  # [3]
+    expected = gradients(alone.sum() / len(batch))
+    packed = packed_losses(module, llama_target, batch, 2, keep=3, generator=torch.Generator().manual_seed(0), vocab=vocab)
+    assert packed.shape == (3,)
+    torch.testing.assert_close(packed, alone.detach(), rtol=1e-5, atol=1e-5)
+    for got, want in zip(gradients(packed.sum() / len(batch)), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert packed_losses(module, llama_target, [short], 2) is None
 
 
 def test_a_response_shorter_than_the_horizon_has_no_anchors():

@@ -99,7 +99,9 @@ class EpochCheckpoints:
 
 
 def train_on_samples(module: nn.Module, train: list, target: TargetModel, config,
-                     sample_loss: Callable[[object, torch.Generator], torch.Tensor | None], progress: bool = True) -> tuple[list, float]:
+                     sample_loss: Callable[[object, torch.Generator], torch.Tensor | None] | None = None,
+                     progress: bool = True,
+                     batch_losses: Callable[[list, torch.Generator], torch.Tensor | None] | None = None) -> tuple[list, float]:
     """The training loop of the drafters that learn from whole samples (ctc, ctc-ce, eagle).
 
     Per epoch, the samples are shuffled (seeded by ``config.seed`` + epoch), and ``config.samples_per_step``
@@ -107,7 +109,9 @@ def train_on_samples(module: nn.Module, train: list, target: TargetModel, config
     checkpointed (``<out>.epochN.pt``), and a rerun resumes after the newest one.
 
     ``sample_loss(sample, generator)`` is the method's loss on one sample, or None to skip the sample. The
-    generator is seeded per epoch, for the method's own random choices (anchor subsets, noise). ``config``
+    generator is seeded per epoch, for the method's own random choices (anchor subsets, noise). A method
+    that can batch passes ``batch_losses(samples, generator)`` instead: the losses [B'] of the step's
+    samples that count (None: none does), from one forward; the step's gradient is the same. ``config``
     needs method, out, epochs, lr, weight_decay, warmup_steps, samples_per_step, seed and dtype.
 
     Returns (history, training seconds), the history holding one row per epoch.
@@ -133,12 +137,19 @@ def train_on_samples(module: nn.Module, train: list, target: TargetModel, config
             optimizer.zero_grad(set_to_none=True)
             batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
             step_losses = []
-            for sample in batch:
+            if batch_losses is not None:
                 with autocast(target.device, config.dtype):
-                    loss = sample_loss(sample, generator)
-                if loss is not None:
-                    (loss / len(batch)).backward()
-                    step_losses.append(loss.item())
+                    per_sample = batch_losses(batch, generator)  # [B'] or None
+                if per_sample is not None:
+                    (per_sample.sum() / len(batch)).backward()
+                    step_losses = per_sample.detach().float().tolist()  # one host sync per step
+            else:
+                for sample in batch:
+                    with autocast(target.device, config.dtype):
+                        loss = sample_loss(sample, generator)
+                    if loss is not None:
+                        (loss / len(batch)).backward()
+                        step_losses.append(loss.item())
             optimizer.step()
             scheduler.step()
             if step_losses:
