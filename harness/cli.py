@@ -272,8 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--prefix-heads", type=int, default=0,
                        help="hydra: add Hydra++'s prefix attention layer with this many attention heads (0: none)")
     train.add_argument("--init-from", default=None,
-                       help="medusa, hydra: start from this trained checkpoint (stem) of the same method; its heads "
-                            "and prefix layer are loaded, heads beyond its count start fresh")
+                       help="start from this trained checkpoint (stem) of the same method. medusa, hydra: its heads "
+                            "and prefix layer are loaded, heads beyond its count start fresh; ctc, ctc-ce: the whole "
+                            "module (same --num-slots), trained on with a new schedule")
     train.add_argument("--freeze-loaded", action="store_true",
                        help="medusa, hydra, with --init-from: train only the new heads (extend a drafter deeper)")
     train.add_argument("--num-slots", type=int, default=4, help="ctc: T slots")
@@ -619,8 +620,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
     if args.train_vocab < 0:
         raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
-    if (args.init_from or args.freeze_loaded) and args.method not in MODULES:
-        raise SpecbenchError(f"--init-from and --freeze-loaded are medusa and hydra options, not {args.method}'s")
+    if args.freeze_loaded and args.method not in MODULES:
+        raise SpecbenchError(f"--freeze-loaded is a medusa and hydra option, not {args.method}'s")
+    if args.init_from and args.method == "eagle":
+        raise SpecbenchError("--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's")
     if args.noise < 0:
         raise SpecbenchError("--noise must be 0 (none) or positive")
     if args.threads:
@@ -661,7 +664,7 @@ def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, flo
                             num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 4, lr=args.lr,
                             samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
                             anchors_per_sample=args.anchors_per_sample or None,
-                            seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab)
+                            seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, init_from=args.init_from)
     recipe = train_ctc(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     walks = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_walk_tau_by_budget"].items())

@@ -205,6 +205,33 @@ def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_
     assert proposed and proposed <= set(cut.vocab.ids.tolist())
 
 
+def test_training_continues_from_a_checkpoint_and_refuses_one_that_does_not_fit(llama_target, cache, tmp_path):
+    """--init-from loads the whole module (at lr 0 the held-out metrics are the loaded checkpoint's, so
+    every weight and the draft vocabulary came across), records where it started, and refuses a checkpoint
+    of the other method or another slot count in one line."""
+    def config(method: str, out: str, **options) -> CTCTrainConfig:
+        return CTCTrainConfig(method=method, cache=str(cache), out=str(tmp_path / out), num_slots=4, num_labels=2,
+                              epochs=1, samples_per_step=2, warmup_steps=2, eval_budgets=[2, 6], train_vocab=24,
+                              **{"lr": 1e-2} | options)
+
+    first = train_ctc(config("ctc", "first"), llama_target, progress=False)
+    again = train_ctc(config("ctc", "again", lr=0.0, init_from=str(tmp_path / "first")), llama_target, progress=False)
+    loss = "heldout_loss"  # equal up to the checkpoint's float16 storage (~1e-5 relative), as rescore's
+    assert again["metrics"][loss] == pytest.approx(first["metrics"][loss], rel=1e-4)
+    for name in ("heldout_tau_by_budget", "heldout_walk_tau_by_budget", "heldout_anchors", "heldout_vocab"):
+        assert again["metrics"][name] == first["metrics"][name]
+    assert again["hyperparameters"]["initialised_from"]["checkpoint"] == "first"
+    assert again["hyperparameters"]["initialised_from"]["heldout_loss"] == first["metrics"]["heldout_loss"]
+    onward = train_ctc(config("ctc", "onward", init_from=str(tmp_path / "first")), llama_target, progress=False)
+    assert onward["metrics"][loss] != pytest.approx(first["metrics"][loss], rel=1e-4)
+    with pytest.raises(SpecbenchError, match="--init-from .*a ctc checkpoint, not ctc-ce"):
+        train_ctc(config("ctc-ce", "x", init_from=str(tmp_path / "first")), llama_target, progress=False)
+    wider = config("ctc", "y", init_from=str(tmp_path / "first"))
+    wider.num_slots = 5
+    with pytest.raises(SpecbenchError, match="--init-from .*num_slots is 4, not 5"):
+        train_ctc(wider, llama_target, progress=False)
+
+
 def test_ctc_needs_fewer_labels_than_slots(llama_target, cache, tmp_path):
     config = CTCTrainConfig(method="ctc", cache=str(cache), out=str(tmp_path / "x"), num_slots=4, num_labels=4)
     with pytest.raises(SpecbenchError, match="num-labels"):

@@ -29,7 +29,7 @@ from torch import nn
 
 from specbench.checkpoint import checkpoint_files
 from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
-from specbench.drafters.draft_vocab import DraftVocab
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, candidate_tree, prefix_beam_search, search_beam,
                                               slot_candidates)
@@ -66,6 +66,7 @@ class CTCTrainConfig:
     # one forward per step over the step's samples packed end to end (same losses and gradients). None:
     # on an accelerator only; on a CPU the packed attention's larger masked matrix made a step 1.8x slower
     packed: bool | None = None
+    init_from: str | None = None  # a trained checkpoint of this method (same T and slot blocks) to continue training
     # transform settings of the offline acceptance estimate (the drafter's defaults; beam None: per budget)
     top_k: int = DEFAULT_TOP_K
     beam: int | None = None
@@ -254,9 +255,12 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         raise SpecbenchError(f"--num-labels ({config.num_labels}) must be below --num-slots ({config.num_slots}) for CTC")
     if config.packed is None:  # resolved here, so the recipe records which path ran
         config.packed = target.device.type != "cpu"
-    manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
+    loaded, provenance = initial_state(Path(config.init_from), config, target) if config.init_from else ({}, None)
+    manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target, loaded.pop(RANKING_KEY, None))
     module = build_module(config.method, target.config.hidden_size, target.config.num_attention_heads, config.num_slots,
                           config.slot_blocks)
+    if loaded:
+        module.load_state_dict(loaded)
     module = module.to(target.device)
     keep = config.anchors_per_sample
     if config.packed:
@@ -270,9 +274,30 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
         metrics = evaluate(module, target, heldout, config, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
+    extra = {"initialised_from": provenance} if provenance else {}
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
-                         num_heads=target.config.num_attention_heads)
+                         num_heads=target.config.num_attention_heads, **extra)
+
+
+def initial_state(stem: Path, config: CTCTrainConfig, target: TargetModel) -> tuple[dict, dict]:
+    """The weights (with their token ranking, so the draft vocabulary stays the one they were trained over)
+    and provenance of a trained checkpoint to continue from: same method, T and slot blocks. A new
+    schedule (warm-up, cosine over ``config.epochs``) runs over them: a fine-tune, recorded as one."""
+    from specbench.checkpoint import load_checkpoint
+
+    recipe = ctc_recipe(stem)
+    if recipe["method"] != config.method:
+        raise SpecbenchError(f"--init-from {stem}: a {recipe['method']} checkpoint, not {config.method}")
+    hyper = recipe["hyperparameters"]
+    for name in ("num_slots", "slot_blocks"):
+        if hyper.get(name, True) != getattr(config, name):
+            raise SpecbenchError(f"--init-from {stem}: its {name} is {hyper.get(name)}, not {getattr(config, name)}")
+    state, _ = load_checkpoint(stem, target.handle)
+    provenance = {"checkpoint": stem.name, "hyperparameters": hyper, "training_seconds": recipe.get("training_seconds"),
+                  "train_samples": recipe.get("data", {}).get("train_samples"),
+                  "heldout_loss": recipe.get("metrics", {}).get("heldout_loss")}
+    return state, provenance
 
 
 def ctc_recipe(stem: Path) -> dict:
