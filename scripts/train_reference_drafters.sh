@@ -11,7 +11,8 @@
 # Environment: DEVICE (cuda), SPECBENCH (python3 -m specbench), TOKENS (the committed token cache),
 #              TRAIN (all), HELDOUT (64), TOKENS_AS_IS (set: use the token cache as it is, without growing it), GEN_BATCH (640 prompts per generation batch), ONLY (a regex of job names),
 #              HIDDEN_BATCH (sequences per hidden-state forward: 64 on a GPU, 16 on a CPU, where one batch per
-#              shard pads every sequence to the shard's longest and runs 1.8x slower), THREADS (per job: 1).
+#              shard pads every sequence to the shard's longest and runs 1.8x slower), THREADS (per job: 1),
+#              SERIAL (set: one job at a time; on an H200, ctc beside three other jobs ran ~6x slower than alone).
 # specbench must be installed (pip install --no-deps -e .): the source tree maps harness/ to specbench.harness.
 # On a CPU, one job at a time:  DEVICE=cpu THREADS=2 ONLY='^ctc-t5n3$' scripts/train_reference_drafters.sh DIR
 set -euo pipefail
@@ -94,6 +95,11 @@ for job in "${jobs[@]}"; do
   [[ -f "$work/ckpt/$name.json" ]] && continue
   read -r -a argv <<< "$args"
   echo "$(date +%T) start $name"
+  if [[ -n "${SERIAL:-}" ]]; then
+    "${sb[@]}" "${train[@]}" "${argv[@]}" --out "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 || exit 1
+    echo "$(date +%T) done $name"
+    continue
+  fi
   "${sb[@]}" "${train[@]}" "${argv[@]}" --out "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 &
   pids+=($!)
 done
