@@ -50,6 +50,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "ctc", "--num-slots", "0"], ["--num-slots must be at least 1"]),
         (["train", "eagle", "--noise", "-1"], ["--noise must be 0 (none) or positive"]),
         (["train", "eagle", "--unroll", "0"], ["--unroll must be at least 1"]),
+        (["train", "eagle", "--init-from", "x"], ["--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's"]),
+        (["train", "ctc", "--freeze-loaded"], ["--freeze-loaded is a medusa and hydra option, not ctc's"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
         (["run", "--drafters", "ctc", "--drafter-option", "ctc.top_k=0"], ["drafter 'ctc'", "top_k >= 1"]),
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),
