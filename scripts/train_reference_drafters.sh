@@ -72,10 +72,12 @@ jobs=(
   "hydrapp-teacher-v8k-e4    hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher"
   "hydrapp-teacher-6h-v8k-e4 hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher --num-heads 6"
   # session 23 (CPU): two teacher epochs as a fine-tune gave medusa +0.02 on MT-bench @16 but lower held-out
-  # top-1 on every head (training.md); from scratch with it, 4 epochs on the whole cache
+  # top-1 on every head (training.md); from scratch with it, 4 epochs on the whole cache (the shipped medusa
+  # since session 24, H200)
   "medusa-2l-teacher-v8k-e4  medusa --epochs 4 --train-vocab 8192 --num-layers 2 --loss teacher"
   # session 24 (GPU, packed ctc steps): more epochs for ctc, its ablation, and T5/N3 (scripts/gpu_ctc_epochs.sh
-  # runs the 8-epoch jobs, or the 6-epoch ones when the measured step time says 8 would not fit the lease)
+  # runs the 8-epoch jobs one at a time, or the 6- or 4-epoch ones when the measured step time says 8 would
+  # not fit the lease; only ctc-ce-t4n2-e6 has run, training.md "Fourth GPU session")
   "ctc-t5n3-e8               ctc --num-slots 5 --num-labels 3 --train-vocab 8192 --epochs 8"
   "ctc-t4n2-e6               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 6"
   "ctc-ce-t4n2-e6            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 6"
