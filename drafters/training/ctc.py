@@ -80,15 +80,20 @@ def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
     return torch.arange(start, max(start, len(sample.input_ids) - 1 - horizon))
 
 
+def sequence_inputs(module: AttentionDraftModule, target: TargetModel, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's inputs for ``sample``: hidden states [L-1, H] and the embeddings of the tokens that
+    followed them [L-1, H], on the target's device in the module's dtype (float32 master weights)."""
+    ids = sample.input_ids.to(target.device)
+    dtype = next(module.parameters()).dtype
+    with torch.no_grad():
+        next_embeddings = target.handle.embed_tokens(ids[1:]).to(dtype)
+    return sample.hidden[:-1].to(target.device, dtype), next_embeddings
+
+
 def sequence_logits(module: AttentionDraftModule, target: TargetModel, sample: Sample, anchors: torch.Tensor,
                     vocab: DraftVocab | None = None) -> torch.Tensor:
     """Slot logits [A, T, V' (+1)] of ``anchors`` in ``sample``, over ``vocab`` (default: all V tokens)."""
-    ids = sample.input_ids.to(target.device)
-    dtype = next(module.parameters()).dtype  # float32 master weights (bf16 only under autocast)
-    with torch.no_grad():
-        next_embeddings = target.handle.embed_tokens(ids[1:]).to(dtype)  # [L-1, H]
-    hidden = sample.hidden[:-1].to(target.device, dtype)  # [L-1, H]
-    features = module.forward_sequence(hidden, next_embeddings, anchors.to(target.device))
+    features = module.forward_sequence(*sequence_inputs(module, target, sample), anchors.to(target.device))
     return module.logits(features, vocab.logits if vocab is not None else target.lm_head)
 
 
@@ -105,11 +110,8 @@ def sample_loss(module: AttentionDraftModule, target: TargetModel, sample: Sampl
                 keep: int | None = None, generator: torch.Generator | None = None,
                 vocab: DraftVocab | None = None) -> torch.Tensor | None:
     """Mean loss over the sample's anchors, or over ``keep`` of them drawn with ``generator``."""
-    anchors = chosen_anchors(sample, num_labels, keep, generator)
-    if len(anchors) == 0:
-        return None
-    return anchor_loss(module, sequence_logits(module, target, sample, anchors, vocab), sample, anchors, num_labels,
-                       vocab)
+    losses = packed_losses(module, target, [sample], num_labels, keep, generator, vocab)  # a pack of one
+    return None if losses is None else losses[0]
 
 
 def packed_losses(module: AttentionDraftModule, target: TargetModel, samples: list[Sample], num_labels: int,
@@ -120,16 +122,14 @@ def packed_losses(module: AttentionDraftModule, target: TargetModel, samples: li
     sample has an anchor. One forward per step instead of one per sample: on a GPU, where this small
     module is bound by kernel launches and host syncs, that is most of a step's time."""
     kept, anchors, hidden, next_embeddings, starts, offset = [], [], [], [], [], 0
-    dtype = next(module.parameters()).dtype
     for sample in samples:
         chosen = chosen_anchors(sample, num_labels, keep, generator)
         if len(chosen) == 0:
             continue
-        ids = sample.input_ids.to(target.device)
-        rows = len(ids) - 1
-        with torch.no_grad():
-            next_embeddings.append(target.handle.embed_tokens(ids[1:]).to(dtype))  # [L-1, H]
-        hidden.append(sample.hidden[:-1].to(target.device, dtype))  # [L-1, H]
+        sample_hidden, sample_next = sequence_inputs(module, target, sample)  # [L-1, H] each
+        hidden.append(sample_hidden)
+        next_embeddings.append(sample_next)
+        rows = len(sample_hidden)
         starts.append(torch.full((rows,), offset, dtype=torch.long))
         anchors.append(chosen + offset)
         kept.append((sample, chosen))
@@ -263,14 +263,13 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
         module.load_state_dict(loaded)
     module = module.to(target.device)
     keep = config.anchors_per_sample
-    if config.packed:
-        history, seconds = train_on_samples(
-            module, train, target, config, progress=progress,
-            batch_losses=lambda batch, picks: packed_losses(module, target, batch, config.num_labels, keep, picks, vocab))
-    else:
-        history, seconds = train_on_samples(
-            module, train, target, config, progress=progress,
-            sample_loss=lambda sample, picks: sample_loss(module, target, sample, config.num_labels, keep, picks, vocab))
+    if config.packed:  # the step's samples in one forward
+        losses = {"batch_losses": lambda batch, picks: packed_losses(module, target, batch, config.num_labels, keep,
+                                                                     picks, vocab)}
+    else:  # a forward (and backward) per sample
+        losses = {"sample_loss": lambda sample, picks: sample_loss(module, target, sample, config.num_labels, keep,
+                                                                   picks, vocab)}
+    history, seconds = train_on_samples(module, train, target, config, progress=progress, **losses)
     with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
         metrics = evaluate(module, target, heldout, config, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
