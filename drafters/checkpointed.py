@@ -41,7 +41,8 @@ class CheckpointDrafter(Drafter):
     may override ``loaded(recipe)`` (called after a new load) and ``start_sequence()`` (every reset).
     ``self.vocab`` is the drafter's view of the ``lm_head``: the ``draft_vocab`` most frequent tokens
     (default `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a ranking; 0: all of them). A module with an
-    output projection per head (``module.lm_heads``, from a published checkpoint) gets ``self.head_vocabs``.
+    output projection per head (``module.lm_heads``: a published checkpoint's, or trained with
+    ``--own-lm-heads`` over the first rows of the checkpoint's ranking) gets ``self.head_vocabs``.
     ``checkpoint`` may also name a published Medusa or Hydra checkpoint (a directory or its weights file),
     read by `published.py`.
     """
@@ -80,7 +81,9 @@ class CheckpointDrafter(Drafter):
             use_kernel(self.module, kernel_of(target.lm_head))  # the target's kernel (specbench.linear)
             self.vocab = self.draft_vocabulary(target, ranking)
             own = getattr(self.module, "lm_heads", None)
-            self.head_vocabs = [DraftVocab(projection, None, 0) for projection in own] if own is not None else None
+            vocab_size = target.lm_head.weight.shape[0]
+            self.head_vocabs = None if own is None else \
+                [DraftVocab.of_projection(projection, ranking, vocab_size) for projection in own]
             self.recipe, self._loaded_for = recipe, key
             self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
             self.loaded(recipe)

@@ -38,13 +38,15 @@ class DraftVocab:
     """The drafter's view of the ``lm_head``: all V rows, or the ``size`` most frequent tokens' rows.
 
     ``logits(features [..., H]) -> [..., V']`` and ``token_ids(indices) -> ids`` translate back; with the
-    full vocabulary both are the identity on ids.
+    full vocabulary both are the identity on ids. `of_projection` wraps a head's own output projection.
     """
 
     def __init__(self, lm_head: nn.Module, ranking: torch.Tensor | None, size: int) -> None:
         vocab = lm_head.weight.shape[0]
         self.lm_head = lm_head
+        self.full_size = vocab  # V, the target's vocabulary (token ids run below it)
         self.ids: torch.Tensor | None = None
+        self._project = lm_head  # features [..., H] -> logits [..., V']
         if 0 < size < vocab:
             if ranking is None:
                 raise ValueError("this checkpoint stores no vocabulary ranking (retrain it to use draft_vocab)")
@@ -55,16 +57,31 @@ class DraftVocab:
             self.bias = bias.detach()[ids] if bias is not None else None
             # the target lm_head's kernel (specbench.linear), decided once rather than on every draft call
             self._linear = weight_left_linear if kernel_of(lm_head) == "weight-left" else nn.functional.linear
+            self._project = self._cut_logits
+
+    @classmethod
+    def of_projection(cls, projection: nn.Module, ranking: torch.Tensor | None, vocab_size: int) -> "DraftVocab":
+        """A head's own output projection [V', H] (Medusa-1's layout) as a vocabulary: its rows are all V
+        tokens, or (V' < V) the V' most frequent of ``ranking`` in ascending id order, as a cut copies them."""
+        vocab = cls(projection, None, 0)
+        vocab.full_size = vocab_size
+        rows = projection.weight.shape[0]
+        if rows < vocab_size:
+            if ranking is None:
+                raise ValueError(f"an output projection of {rows} rows needs the checkpoint's vocabulary ranking")
+            vocab.ids = ranking[:rows].long().sort().values.to(projection.weight.device)  # [V'], ascending ids
+        return vocab
 
     @property
     def size(self) -> int:
         return int(self.lm_head.weight.shape[0] if self.ids is None else self.ids.shape[0])
 
+    def _cut_logits(self, features: torch.Tensor) -> torch.Tensor:
+        return self._linear(features, self.weight, self.bias)
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """features [..., H] -> logits [..., V'] over the drafter's vocabulary."""
-        if self.ids is None:
-            return self.lm_head(features)
-        return self._linear(features, self.weight, self.bias)
+        return self._project(features)
 
     def token_ids(self, indices: torch.Tensor) -> torch.Tensor:
         """Indices into the drafter's vocabulary -> the target's token ids (same shape)."""
@@ -75,6 +92,6 @@ class DraftVocab:
         and ``ignore`` entries become ``ignore`` (training skips what the drafter could never propose)."""
         if self.ids is None:
             return labels
-        lookup = torch.full((self.lm_head.weight.shape[0],), ignore, dtype=torch.long, device=labels.device)
+        lookup = torch.full((self.full_size,), ignore, dtype=torch.long, device=labels.device)
         lookup[self.ids.to(labels.device)] = torch.arange(len(self.ids), device=labels.device)
         return torch.where(labels == ignore, labels, lookup[labels.clamp(min=0)])

@@ -277,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "module (same --num-slots), trained on with a new schedule")
     train.add_argument("--freeze-loaded", action="store_true",
                        help="medusa, hydra, with --init-from: train only the new heads (extend a drafter deeper)")
+    train.add_argument("--own-lm-heads", action="store_true",
+                       help="medusa, hydra: each head trains its own output projection over the train vocabulary, "
+                            "started from the target's lm_head rows (Medusa-1's layout), instead of sharing the frozen one")
     train.add_argument("--num-slots", type=int, default=4, help="ctc: T slots")
     train.add_argument("--num-labels", type=int, default=2, help="ctc: N target tokens per anchor (N < T)")
     train.add_argument("--anchors-per-sample", type=int, default=32,
@@ -622,6 +625,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
     if args.freeze_loaded and args.method not in MODULES:
         raise SpecbenchError(f"--freeze-loaded is a medusa and hydra option, not {args.method}'s")
+    if args.own_lm_heads and args.method not in MODULES:
+        raise SpecbenchError(f"--own-lm-heads is a medusa and hydra option, not {args.method}'s")
     if args.init_from and args.method == "eagle":
         raise SpecbenchError("--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's")
     if args.noise < 0:
@@ -649,7 +654,7 @@ def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, f
                              num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
                              max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
                              prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype,
-                             init_from=args.init_from, freeze_loaded=args.freeze_loaded)
+                             init_from=args.init_from, freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
     recipe = train_heads(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "

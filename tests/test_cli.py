@@ -52,6 +52,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "eagle", "--unroll", "0"], ["--unroll must be at least 1"]),
         (["train", "eagle", "--init-from", "x"], ["--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's"]),
         (["train", "ctc", "--freeze-loaded"], ["--freeze-loaded is a medusa and hydra option, not ctc's"]),
+        (["train", "eagle", "--own-lm-heads"], ["--own-lm-heads is a medusa and hydra option, not eagle's"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
         (["run", "--drafters", "ctc", "--drafter-option", "ctc.top_k=0"], ["drafter 'ctc'", "top_k >= 1"]),
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),

@@ -347,3 +347,51 @@ def test_warm_starts_that_cannot_work_are_refused(change, problem, llama_target,
                                            "freeze_loaded": True} | change))
     with pytest.raises(SpecbenchError, match=problem):
         train_heads(bad, llama_target, progress=False)
+
+
+@pytest.mark.parametrize("method", ["medusa", "hydra"])
+def test_own_output_projections_start_as_the_shared_heads_and_then_learn(method, llama_target, cache, tmp_path):
+    """``own_lm_heads``: warm-started from a shared-projection checkpoint with a zero learning rate, the
+    heads with their own projections (copies of the target's rows over the train vocabulary) score exactly
+    as the checkpoint did, held out and at inference, so rows and token ids line up; trained, the
+    projections move, the loss falls, the recipe rebuilds the module, and drafting stays lossless."""
+    options = {"prefix_heads": 4} if method == "hydra" else {}
+    shared = HeadTrainConfig(method=method, cache=str(cache), out=str(tmp_path / "shared"), num_heads=2, epochs=2,
+                             lr=1e-2, batch_size=128, warmup_steps=2, max_rank=4, train_vocab=24, **options)
+    first = train_heads(shared, llama_target, progress=False)
+    copied = HeadTrainConfig(**(vars(shared) | {"out": str(tmp_path / "copied"), "init_from": shared.out, "lr": 0.0,
+                                                "epochs": 1, "own_lm_heads": True}))
+    recipe = train_heads(copied, llama_target, progress=False)
+    assert recipe["hyperparameters"]["own_vocab"] == 24
+    for own_row, shared_row in zip(recipe["metrics"]["heldout_topk_accuracy"], first["metrics"]["heldout_topk_accuracy"]):
+        assert own_row == pytest.approx(shared_row)
+    before, after = DRAFTERS[method](checkpoint=shared.out, draft_vocab=24), DRAFTERS[method](checkpoint=copied.out)
+    before.reset(llama_target.handle)
+    after.reset(llama_target.handle)
+    assert after.head_vocabs is not None and len(after.head_vocabs) == 2
+    features = torch.randn(3, llama_target.config.hidden_size)
+    for head in range(2):
+        shared_top, own_top = before.top_log_probs(features, 4), after.top_log_probs(features, 4, head=head)
+        assert torch.equal(shared_top[1], own_top[1]) and torch.allclose(shared_top[0], own_top[0], atol=1e-3)  # float16 weights
+
+    trained = HeadTrainConfig(**(vars(copied) | {"out": str(tmp_path / "own"), "lr": 1e-2, "epochs": 2}))
+    recipe = train_heads(trained, llama_target, progress=False)
+    drafter = DRAFTERS[method](checkpoint=trained.out)
+    drafter.reset(llama_target.handle)
+    rows = after.module.lm_heads[0].weight
+    assert not torch.allclose(drafter.module.lm_heads[0].weight, rows)  # the projection learned
+    assert not torch.allclose(drafter.module.lm_heads[0].weight, drafter.module.lm_heads[1].weight)  # each its own
+    assert recipe["history"][-1]["train_loss_per_head"][0] < recipe["history"][0]["first_batch_loss"][0]
+    prompt = [5, 17, 42, 8]
+    result = generate(llama_target, drafter, prompt, max_new_tokens=20, budget=8)
+    assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
+
+
+def test_own_output_projections_must_match_the_warm_start(llama_target, cache, tmp_path):
+    """A checkpoint with its own projections cannot start shared-projection heads (and the message says which option)."""
+    own = HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "own"), num_heads=2, epochs=1,
+                          batch_size=128, warmup_steps=1, train_vocab=24, own_lm_heads=True)
+    train_heads(own, llama_target, progress=False)
+    bad = HeadTrainConfig(**(vars(own) | {"out": str(tmp_path / "bad"), "init_from": own.out, "own_lm_heads": False}))
+    with pytest.raises(SpecbenchError, match="--own-lm-heads"):
+        train_heads(bad, llama_target, progress=False)

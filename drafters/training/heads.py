@@ -56,6 +56,8 @@ class HeadTrainConfig:
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
     init_from: str | None = None  # a trained checkpoint of this method whose heads (and prefix layer) start this one
     freeze_loaded: bool = False  # with init_from: train only the heads the checkpoint lacks (extend a drafter)
+    own_lm_heads: bool = False  # each head its own output projection over the train vocabulary, initialised
+    # from the target's lm_head rows (Medusa-1's and Hydra's released layout), instead of the shared frozen one
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -102,6 +104,9 @@ def head_logits(module: nn.Module, target: TargetModel, hidden: torch.Tensor, wi
     with torch.no_grad():
         path_embeddings = target.handle.embed_tokens(path_tokens.to(target.device))  # [B, K, H]
     features = module.training_features(hidden, path_embeddings.to(hidden.dtype), heads)  # [K', B, H]
+    own = getattr(module, "lm_heads", None)
+    if own is not None:  # each head's own projection, over the train vocabulary's rows
+        return torch.stack([own[head](f) for head, f in zip(heads if heads is not None else range(k), features)])
     return vocab.logits(features) if vocab is not None else target.lm_head(features)
 
 
@@ -247,12 +252,18 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
+    loaded = load_warm_start(Path(config.init_from), config, target) if config.init_from else None
+    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab,
+                                                       loaded.ranking if loaded else None)
     options = {"prefix_heads": config.prefix_heads} if config.prefix_heads else {}
+    if config.own_lm_heads:  # the heads' rows are the train vocabulary's, and held-out scoring uses them
+        eval_vocab = vocab or DraftVocab(target.lm_head, ranking, 0)
+        options["own_vocab"] = eval_vocab.size
     module = MODULES[config.method](target.config.hidden_size, config.num_heads, config.num_layers, **options)
     module = module.to(target.device)
-    start = warm_start(module, Path(config.init_from), config, target) if config.init_from else None
-    ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab,
-                                                       start.ranking if start else None)
+    if config.own_lm_heads:
+        initialise_own_heads(module, eval_vocab)
+    start = warm_start(module, loaded, config) if loaded else None
     trained = start.trained_heads if start else list(range(config.num_heads))  # heads whose loss is optimised
     precision = autocast(target.device, config.dtype)
     if config.prefix_heads:
@@ -308,6 +319,8 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
     extra = {"initialised_from": start.provenance, "trained_heads": trained} if start else {}
+    if config.own_lm_heads:
+        extra["own_vocab"] = eval_vocab.size  # the drafter builds its module from this (HeadDrafter.module_options)
     return write_trained(stem, module, ranking, target, config, manifest,
                          {"train_positions": batches.positions, "heldout_positions": len(held_hidden)},
                          metrics, history, seconds, **extra)
@@ -323,11 +336,18 @@ class WarmStart:
     provenance: dict
 
 
-def warm_start(module: nn.Module, stem: Path, config: HeadTrainConfig, target: TargetModel) -> WarmStart:
-    """Start ``module`` from a trained checkpoint of the same method: every parameter the checkpoint has
-    (its K0 heads, the prefix layer) is loaded, the heads beyond K0 start fresh. With ``freeze_loaded`` the
-    loaded parameters stay fixed and only heads K0 .. K - 1 are trained: a drafter extended by deeper heads
-    at a fraction of the cost, its first heads (and their held-out accuracies) unchanged."""
+@dataclass
+class LoadedCheckpoint:
+    """A warm start's checkpoint as read: its path stem, state dict (ranking removed), recipe and ranking."""
+
+    stem: Path
+    state: dict
+    recipe: dict
+    ranking: torch.Tensor | None
+
+
+def load_warm_start(stem: Path, config: HeadTrainConfig, target: TargetModel) -> LoadedCheckpoint:
+    """Read and check the ``--init-from`` checkpoint: the same method, layers and prefix layer."""
     from specbench.checkpoint import load_checkpoint
     from specbench.drafters.draft_vocab import RANKING_KEY
 
@@ -339,11 +359,30 @@ def warm_start(module: nn.Module, stem: Path, config: HeadTrainConfig, target: T
         theirs = recipe["hyperparameters"].get(name, default)
         if theirs != getattr(config, name):
             raise SpecbenchError(f"--init-from {stem}: its --{name.replace('_', '-')} is {theirs}, not {getattr(config, name)}")
+    return LoadedCheckpoint(stem, state, recipe, ranking)
+
+
+def initialise_own_heads(module: nn.Module, vocab: DraftVocab) -> None:
+    """Start every head's own output projection as a copy of the target's lm_head rows over ``vocab`` (in
+    its index order), so the heads begin where shared-projection heads would be."""
+    rows = vocab.weight if vocab.ids is not None else vocab.lm_head.weight  # [V', H]
+    with torch.no_grad():
+        for projection in module.lm_heads:
+            projection.weight.copy_(rows.detach().to(projection.weight.dtype))
+
+
+def warm_start(module: nn.Module, loaded: LoadedCheckpoint, config: HeadTrainConfig) -> WarmStart:
+    """Start ``module`` from a trained checkpoint of the same method: every parameter the checkpoint has
+    (its K0 heads, the prefix layer, its own output projections) is loaded, the rest start fresh (heads
+    beyond K0; output projections from the target's rows). With ``freeze_loaded`` the loaded parameters stay
+    fixed and only heads K0 .. K - 1 are trained: a drafter extended by deeper heads at a fraction of the
+    cost, its first heads (and their held-out accuracies) unchanged."""
+    stem, state, recipe = loaded.stem, loaded.state, loaded.recipe
     own = module.state_dict()
     misfit = [k for k, v in state.items() if k not in own or own[k].shape != v.shape]
     if misfit:
         raise SpecbenchError(f"--init-from {stem}: its {misfit[0]} does not fit a {config.method} with these options "
-                             "(--num-layers, --prefix-heads and the first heads must match)")
+                             "(--num-layers, --prefix-heads, --own-lm-heads and the first heads must match)")
     loaded_heads = int(recipe["hyperparameters"]["num_heads"])
     if config.freeze_loaded and loaded_heads >= config.num_heads:
         raise SpecbenchError(f"--freeze-loaded: {stem} already has {loaded_heads} heads; ask for more with --num-heads")
@@ -356,7 +395,7 @@ def warm_start(module: nn.Module, stem: Path, config: HeadTrainConfig, target: T
                   "hyperparameters": recipe.get("hyperparameters"), "training_seconds": recipe.get("training_seconds"),
                   "train_positions": recipe.get("data", {}).get("train_positions"),
                   "heldout_top1": recipe.get("metrics", {}).get("heldout_top1")}
-    return WarmStart(ranking, trained, provenance)
+    return WarmStart(loaded.ranking, trained, provenance)
 
 
 def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torch.Tensor, torch.Tensor]:
