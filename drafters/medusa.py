@@ -200,13 +200,16 @@ class MedusaDrafter(HeadDrafter):
 
     def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Medusa's heads ignore the path: every node gets head ``depth``'s k best. All heads are scored
-        at depth 0, in one pass over the draft ``lm_head`` (as the static tree does)."""
-        if depth == 0:
-            features = self.module(h)  # [K, H]
-            if self.head_vocabs is None:
-                self._step_children = self.top_log_probs(features, k)  # ([K, k], [K, k])
-            else:  # an output projection per head
-                self._step_children = tuple(map(torch.stack, zip(*(self.top_log_probs(f, k, head=d) for d, f in enumerate(features)))))
-        log_probs, tokens = self._step_children[0][depth], self._step_children[1][depth]  # [k] each
+        """Medusa's heads ignore the path: every node gets head ``depth``'s k best. With the shared
+        ``lm_head`` all heads are scored at depth 0, in one pass over the draft ``lm_head``
+        (as the static tree does); heads with their own projections are scored when the tree reaches them
+        (each is a pass over its own matrix, and a small budget needs only the first)."""
+        if depth == 0 and self.head_vocabs is None:
+            self._step_children = self.top_log_probs(self.module(h), k)  # ([K, k], [K, k])
+        elif depth == 0:
+            self._step_features = self.module(h, min(len(self.module.heads), ctx.budget - 1))  # [D, H]
+        if self.head_vocabs is None:
+            log_probs, tokens = self._step_children[0][depth], self._step_children[1][depth]  # [k] each
+        else:  # an output projection per head
+            log_probs, tokens = self.top_log_probs(self._step_features[depth], k, head=depth)  # [k] each
         return log_probs.expand(len(paths), -1), tokens.expand(len(paths), -1)
