@@ -82,6 +82,10 @@ jobs=(
   "ctc-t4n2-e6               ctc --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 6"
   "ctc-ce-t4n2-e6            ctc-ce --num-slots 4 --num-labels 2 --train-vocab 8192 --epochs 6"
   "ctc-t5n3-e6               ctc --num-slots 5 --num-labels 3 --train-vocab 8192 --epochs 6"
+  # session 25 (CPU): own output projections per head (Medusa-1's layout), 2 teacher epochs warm-started
+  # from the shipped medusa, gave +0.04 on MT-bench @16 (the shipped medusa since); from scratch, whole cache
+  "medusa-own-teacher-v8k-e4 medusa --epochs 4 --train-vocab 8192 --num-layers 2 --loss teacher --own-lm-heads"
+  "hydrapp-own-teacher-v8k-e4 hydra --epochs 4 --train-vocab 8192 --prefix-heads 9 --loss teacher --own-lm-heads"
 )
 for fraction in 8 2; do  # learning curves: 1/8 and 1/2 of the cache, same recipes as the full runs
   jobs+=("lc${fraction}-medusa-full   medusa --epochs 2 --max-train-positions $((positions / fraction))")
