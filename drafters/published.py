@@ -291,23 +291,41 @@ def check_target(checkpoint: PublishedCheckpoint, hidden: int, vocab: int) -> No
                              f"(made for {checkpoint.config.get('base_model_name_or_path', 'another model')})")
 
 
-def medusa_published_state(module: torch.nn.Module, lm_head: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """A `MedusaHeads` module's state in the medusa-1 layout (each head's own lm_head: the module's, else a copy
-    of ``lm_head`` [V, H], the target's, which is what the heads were trained with), or medusa-2 with neither."""
+def full_rows(projection: torch.Tensor, row_ids: torch.Tensor | None, lm_head: torch.Tensor) -> torch.Tensor:
+    """A head's own projection [V', H] as the published layouts hold it, over all V tokens [V, H]: over a
+    draft vocabulary (``row_ids`` [V'], the token id of each row) its rows go to their tokens and every other
+    token keeps the target's row (what the projection started from)."""
+    if row_ids is None:
+        return projection
+    full = lm_head.detach().to(projection.device, projection.dtype).clone()
+    full[row_ids.to(projection.device)] = projection
+    return full
+
+
+def medusa_published_state(module: torch.nn.Module, lm_head: torch.Tensor | None,
+                           row_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """A `MedusaHeads` module's state in the medusa-1 layout (each head's own lm_head: the module's, over all
+    V tokens, else a copy of ``lm_head`` [V, H], the target's, which is what the heads were trained with), or
+    medusa-2 with neither."""
+    if lm_head is None and module.lm_heads is not None:
+        raise SpecbenchError("these heads have their own output projections, which the medusa-2 layout cannot "
+                             "hold; export them in the medusa-1 layout (without --no-lm-heads)")
     state: dict[str, torch.Tensor] = {}
     for k, head in enumerate(module.heads):
         for l, block in enumerate(head):
             state[f"{k}.{l}.linear.weight"], state[f"{k}.{l}.linear.bias"] = block.linear.weight, block.linear.bias
-        own = module.lm_heads[k].weight if module.lm_heads is not None else lm_head
-        if own is not None:
-            state[f"{k}.{len(head)}.weight"] = own
+        if module.lm_heads is not None:
+            state[f"{k}.{len(head)}.weight"] = full_rows(module.lm_heads[k].weight, row_ids, lm_head)
+        elif lm_head is not None:
+            state[f"{k}.{len(head)}.weight"] = lm_head
     return state
 
 
-def hydra_published_state(module: torch.nn.Module, lm_head: torch.Tensor) -> dict[str, torch.Tensor]:
+def hydra_published_state(module: torch.nn.Module, lm_head: torch.Tensor, row_ids: torch.Tensor | None = None
+                          ) -> dict[str, torch.Tensor]:
     """A `HydraHeads` module's state in the hydra-mlp layout. specbench's heads add h itself as the residual:
     written as ``res_connection`` = [I 0 ... 0] with a zero bias; the output projections are the module's
-    own, else copies of the target's ``lm_head`` [V, H] with a zero bias."""
+    own (over all V tokens, `full_rows`), else copies of the target's ``lm_head`` [V, H] with a zero bias."""
     if module.prefix is not None:
         raise SpecbenchError("this hydra checkpoint has a prefix attention layer (--prefix-heads), which the "
                              "published 'mlp' layout cannot hold; export a checkpoint trained without it")
@@ -326,8 +344,11 @@ def hydra_published_state(module: torch.nn.Module, lm_head: torch.Tensor) -> dic
             state[f"hydra_mlp.{k}.{l}.linear.weight"], state[f"hydra_mlp.{k}.{l}.linear.bias"] = block.linear.weight, block.linear.bias
         if module.lm_heads is not None:
             projection = module.lm_heads[k]
-            bias = projection.bias if projection.bias is not None else torch.zeros(projection.weight.shape[0])
-            state[f"hydra_lm_head.{k}.weight"], state[f"hydra_lm_head.{k}.bias"] = projection.weight, bias
+            if row_ids is not None and projection.bias is not None:
+                raise SpecbenchError("heads with a biased projection over a draft vocabulary cannot be exported")
+            weight = full_rows(projection.weight, row_ids, lm_head)
+            bias = projection.bias if projection.bias is not None else torch.zeros(weight.shape[0], dtype=weight.dtype)
+            state[f"hydra_lm_head.{k}.weight"], state[f"hydra_lm_head.{k}.bias"] = weight, bias
         else:
             state[f"hydra_lm_head.{k}.weight"] = lm_head
             state[f"hydra_lm_head.{k}.bias"] = torch.zeros(lm_head.shape[0], dtype=lm_head.dtype)
@@ -351,16 +372,17 @@ def distinct_layers(module: torch.nn.Module, method: str) -> bool:
 
 
 def write_published(method: str, module: torch.nn.Module, lm_head: torch.Tensor, out: Path, base_model: str,
-                    with_lm_heads: bool = True) -> tuple[list[Path], list[str]]:
+                    with_lm_heads: bool = True, row_ids: torch.Tensor | None = None) -> tuple[list[Path], list[str]]:
     """Write ``module`` (a loaded specbench `MedusaHeads` or `HydraHeads`) to directory ``out`` in its
     method's published layout; returns (files written, notes for the user). ``with_lm_heads`` False writes
-    the medusa-2 layout (no per-head lm_head)."""
+    the medusa-2 layout (no per-head lm_head). ``row_ids`` [V']: the token ids of the rows of the module's own
+    projections when they cover a draft vocabulary (`full_rows` widens them to V)."""
     out = Path(out)
     lm_head = lm_head.detach().to("cpu")
     if method == "medusa":
-        state = medusa_published_state(module, lm_head if with_lm_heads else None)
+        state = medusa_published_state(module, lm_head if with_lm_heads else None, row_ids)
     elif method == "hydra":
-        state = hydra_published_state(module, lm_head)
+        state = hydra_published_state(module, lm_head, row_ids)
     else:
         raise SpecbenchError(f"no published layout for {method} checkpoints (medusa and hydra have one)")
     out.mkdir(parents=True, exist_ok=True)
@@ -369,6 +391,9 @@ def write_published(method: str, module: torch.nn.Module, lm_head: torch.Tensor,
     config = out / "config.json"
     config.write_text(json.dumps(published_config(method, module, base_model), indent=2) + "\n", encoding="utf-8")
     notes = []
+    if row_ids is not None and getattr(module, "lm_heads", None) is not None:
+        notes.append(f"the heads' own projections cover the {len(row_ids)} most frequent tokens; the other rows are "
+                     f"the target's (the authors' heads score every token)")
     if distinct_layers(module, method):
         notes.append(f"the heads' {'layers' if method == 'medusa' else 'residual blocks'} differ from each other: "
                      f"specbench reads them as written, but the authors' loader ([ResBlock] * L, one shared module) "

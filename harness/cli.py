@@ -509,8 +509,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     target = load_target(args.model)
     drafter = create_drafter(method, **({"checkpoint": stem} if stem else {}))
     drafter.reset(target.handle)
+    row_ids = drafter.head_vocabs[0].ids if drafter.head_vocabs else None  # own projections over a draft vocabulary
     files, notes = write_published(method, drafter.module, target.lm_head.weight, Path(args.out), target.name,
-                                   with_lm_heads=not args.no_lm_heads)
+                                   with_lm_heads=not args.no_lm_heads, row_ids=row_ids)
     for path in files:
         print(path)
     for note in notes:

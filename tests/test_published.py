@@ -389,3 +389,25 @@ def test_eagle_weights_for_another_model_or_eagle_3_are_refused(llama_target, tm
     torch.save(state, tmp_path / "three" / "pytorch_model.bin")
     assert "EAGLE-3 weights" in refusal(llama_target, EagleDrafter(checkpoint=str(tmp_path / "three")))
     assert "holds published Eagle heads" in refusal(llama_target, MedusaDrafter(checkpoint=str(tmp_path / "three")))
+
+
+def test_own_projections_over_a_draft_vocabulary_export_over_every_token(llama_target, cache, tmp_path):
+    """Heads trained with their own projections over the 24 most frequent tokens export as Medusa-1 heads over
+    all V: each trained row at its token, the target's row elsewhere; the medusa-2 layout, which has no room
+    for them, is refused."""
+    train_heads(HeadTrainConfig(method="medusa", cache=str(cache), out=str(tmp_path / "own"), num_heads=2, epochs=1,
+                                lr=3e-3, batch_size=32, warmup_steps=2, train_vocab=24, own_lm_heads=True), llama_target,
+                progress=False)
+    native = MedusaDrafter(checkpoint=str(tmp_path / "own"))
+    native.reset(llama_target.handle)
+    ids = native.head_vocabs[0].ids
+    lm_head = llama_target.lm_head.weight.detach()
+    files, notes = write_published("medusa", native.module, lm_head, tmp_path / "pub", "tiny", row_ids=ids)
+    written = torch.load(files[0], weights_only=True)
+    head = written["1.1.weight"]  # head 1's projection, after its one residual block
+    assert head.shape == lm_head.shape and torch.equal(head[ids], native.module.lm_heads[1].weight.detach())
+    others = torch.ones(len(lm_head), dtype=torch.bool)
+    others[ids] = False
+    assert torch.equal(head[others], lm_head[others]) and any("most frequent tokens" in note for note in notes)
+    with pytest.raises(SpecbenchError, match="medusa-2 layout cannot"):
+        write_published("medusa", native.module, lm_head, tmp_path / "m2", "tiny", with_lm_heads=False, row_ids=ids)
