@@ -328,10 +328,9 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
 
 @dataclass
 class WarmStart:
-    """What a checkpoint loaded by `warm_start` brings: its token ranking (the draft vocabulary stays the
-    one its heads were trained over), the heads left to train, and its provenance for the new recipe."""
+    """What `warm_start` settles: the heads left to train, and the checkpoint's provenance for the new recipe
+    (its token ranking, which keeps the draft vocabulary its heads were trained over, is `LoadedCheckpoint`'s)."""
 
-    ranking: torch.Tensor | None
     trained_heads: list[int]
     provenance: dict
 
@@ -395,7 +394,7 @@ def warm_start(module: nn.Module, loaded: LoadedCheckpoint, config: HeadTrainCon
                   "hyperparameters": recipe.get("hyperparameters"), "training_seconds": recipe.get("training_seconds"),
                   "train_positions": recipe.get("data", {}).get("train_positions"),
                   "heldout_top1": recipe.get("metrics", {}).get("heldout_top1")}
-    return WarmStart(loaded.ranking, trained, provenance)
+    return WarmStart(trained, provenance)
 
 
 def heldout_inputs(module: nn.Module, cache: Path, lookahead: int) -> tuple[torch.Tensor, torch.Tensor]:
