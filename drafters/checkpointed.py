@@ -11,13 +11,22 @@ import torch
 from torch import nn
 
 from specbench.checkpoint import checkpoint_files, load_checkpoint, trained_for
-from specbench.drafter import Drafter, TargetHandle
+from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.drafters.published import load_published, published_method
 from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.linear import kernel_of, use_kernel
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
+
+
+def parse_flag(name: str, value: bool | str) -> bool:
+    """A boolean drafter option: True/False, or "true"/"false" as typed on the command line."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise DrafterOptionError(f"{name} must be true or false, got {value!r}")
 
 
 def default_checkpoint(method: str, target: TargetHandle) -> Path:
@@ -44,17 +53,22 @@ class CheckpointDrafter(Drafter):
     output projection per head (``module.lm_heads``: a published checkpoint's, or trained with
     ``--own-lm-heads`` over the first rows of the checkpoint's ranking) gets ``self.head_vocabs``.
     ``checkpoint`` may also name a published Medusa or Hydra checkpoint (a directory or its weights file),
-    read by `published.py`.
+    read by `published.py`. With a cut, ``context_vocab`` (default True) adds the sequence's own tokens that
+    the cut lacks as extra columns (`DraftVocab.follow_context`): subclasses call `follow_context` first
+    thing in ``propose``.
     """
 
     method = ""
 
-    def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None) -> None:
+    def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None,
+                 context_vocab: bool | str = True) -> None:
         super().__init__()
         if draft_vocab is not None and (not isinstance(draft_vocab, int) or draft_vocab < 0):
             raise DrafterOptionError(f"draft_vocab must be 0 (the full vocabulary) or a token count, got {draft_vocab!r}")
         self.checkpoint = checkpoint
         self.draft_vocab = draft_vocab
+        self.context_vocab = parse_flag("context_vocab", context_vocab)
+        self._followed = 0  # tokens of the sequence already passed to follow_context
         self.module: nn.Module | None = None
         self.recipe: dict = {}
         self.vocab: DraftVocab | None = None
@@ -87,7 +101,24 @@ class CheckpointDrafter(Drafter):
             self.recipe, self._loaded_for = recipe, key
             self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
             self.loaded(recipe)
+        self._followed = 0
+        for vocab in self.vocabularies():
+            vocab.forget_context()
         self.start_sequence()
+
+    def vocabularies(self) -> list[DraftVocab]:
+        """Every vocabulary the drafter scores with: the draft vocabulary and any per-head projections
+        (which never take context columns, `DraftVocab.of_projection`)."""
+        return ([self.vocab] if self.vocab is not None else []) + (self.head_vocabs or [])
+
+    def follow_context(self, ctx: DraftContext) -> None:
+        """Pass the tokens added to the sequence since the last call (prompt, accepted tokens, root) to the
+        vocabularies, which score those the cut lacks from now on (``context_vocab``)."""
+        new = ctx.tokens[self._followed :]
+        self._followed = len(ctx.tokens)
+        if self.context_vocab:
+            for vocab in self.vocabularies():
+                vocab.follow_context(new)
 
     def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
         """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""
@@ -105,7 +136,9 @@ class CheckpointDrafter(Drafter):
             return ""
         # the recipe's measured statistics shape the tree (medusa, hydra): re-measured, they change proposals
         metrics = hashlib.sha256(json.dumps(self.recipe.get("metrics", {}), sort_keys=True).encode()).hexdigest()
-        return f"{weights}:metrics:{metrics[:16]}"
+        follows = self.context_vocab and self.vocab is not None and self.vocab.ids is not None and not self.head_vocabs
+        vocabulary = f":vocab:{self.vocab.size}:context" if follows else ""
+        return f"{weights}:metrics:{metrics[:16]}{vocabulary}"
 
     def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:
         """The ``draft_vocab`` cut of ``target``'s lm_head by the checkpoint's token ranking."""

@@ -24,13 +24,13 @@ from specbench.tree import DraftTree
 class CTCDrafter(CheckpointDrafter):
     """Options: ``checkpoint`` (path stem), ``top_k`` tokens per slot, ``beam`` prefixes kept per slot
     (default: the tree budget, at least `MIN_BEAM`), ``min_prob`` (slot tokens below it are skipped),
-    ``draft_vocab`` (see `CheckpointDrafter`)."""
+    ``draft_vocab`` and ``context_vocab`` (see `CheckpointDrafter`)."""
 
     method = "ctc"
 
     def __init__(self, checkpoint: str | None = None, top_k: int = DEFAULT_TOP_K, beam: int | None = None,
-                 min_prob: float = 1e-3, draft_vocab: int | None = None) -> None:
-        super().__init__(checkpoint, draft_vocab)
+                 min_prob: float = 1e-3, draft_vocab: int | None = None, context_vocab: bool | str = True) -> None:
+        super().__init__(checkpoint, draft_vocab, context_vocab)
         if top_k < 1 or (beam is not None and beam < 1) or not 0.0 <= min_prob < 1.0:
             raise DrafterOptionError(f"needs top_k >= 1, beam >= 1 and 0 <= min_prob < 1, got top_k={top_k}, "
                                      f"beam={beam}, min_prob={min_prob}")
@@ -53,6 +53,7 @@ class CTCDrafter(CheckpointDrafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
+        self.follow_context(ctx)
         following = ctx.tokens[-ctx.hidden.shape[0] :].to(ctx.target.device)  # the tokens after the new positions
         self.context.extend(self.module, ctx.first_new_position, ctx.hidden, ctx.target.embed_tokens(following),
                             self.name or self.method)
@@ -60,7 +61,7 @@ class CTCDrafter(CheckpointDrafter):
             return DraftTree.root_only(ctx.root)
         logits = self.context.draft_logits(self.module, self.vocab.logits)  # [T, V' (+1)]
         tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob,
-                                                self.vocab.ids)
+                                                self.vocab.columns)
         with ctx.span("transform"):
             candidates = prefix_beam_search(tokens, probs, blanks, search_beam(self.beam, ctx.budget))
             return candidate_tree(ctx.root, candidates, ctx.budget)

@@ -89,15 +89,15 @@ class EagleModule(nn.Module):
 
 class EagleDrafter(CheckpointDrafter):
     """EAGLE-style drafter; options: ``checkpoint`` (path stem, or SafeAILab's EAGLE-1/2 weights: their
-    directory with ``config.json``), ``draft_vocab``, ``top_k`` (children per
+    directory with ``config.json``), ``draft_vocab``, ``context_vocab``, ``top_k`` (children per
     expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5; the tree is
     at most depth + 1 deep)."""
 
     method = "eagle"
 
     def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None, top_k: int = 8,
-                 depth: int = 5) -> None:
-        super().__init__(checkpoint, draft_vocab)
+                 depth: int = 5, context_vocab: bool | str = True) -> None:
+        super().__init__(checkpoint, draft_vocab, context_vocab)
         if top_k < 1 or depth < 0:
             raise DrafterOptionError(f"eagle needs top_k >= 1 and depth >= 0, got top_k={top_k}, depth={depth}")
         self.top_k, self.depth = top_k, depth
@@ -123,6 +123,7 @@ class EagleDrafter(CheckpointDrafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
+        self.follow_context(ctx)
         root_feature = self.extend_cache(ctx)  # [H]; runs every step so the cache stays in step
         if ctx.budget < 2:
             return DraftTree.root_only(ctx.root)

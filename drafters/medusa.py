@@ -75,8 +75,9 @@ class HeadDrafter(CheckpointDrafter):
     module_options: tuple[str, ...] = ("own_vocab", "own_bias")
 
     def __init__(self, checkpoint: str | None = None, max_rank: int = DEFAULT_MAX_RANK, draft_vocab: int | None = None,
-                 choices: str | None = None, tree: str | None = None, top_k: int = DEFAULT_MAX_RANK) -> None:
-        super().__init__(checkpoint, draft_vocab)
+                 choices: str | None = None, tree: str | None = None, top_k: int = DEFAULT_MAX_RANK,
+                 context_vocab: bool | str = True) -> None:
+        super().__init__(checkpoint, draft_vocab, context_vocab)
         if tree is not None and tree not in TREE_KINDS:
             raise DrafterOptionError(f"{self.method}.tree must be one of {', '.join(TREE_KINDS)}, got {tree!r}")
         if tree == "dynamic" and choices:
@@ -136,6 +137,7 @@ class HeadDrafter(CheckpointDrafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
+        self.follow_context(ctx)
         h = self.head_input(ctx)  # [H], every step (a drafter may keep per-position state)
         if self.tree == "dynamic":
             return self.draft_dynamic(ctx, h) if ctx.budget > 1 else DraftTree.root_only(ctx.root)
@@ -180,6 +182,7 @@ class MedusaDrafter(HeadDrafter):
     """Medusa-style heads with a static tree; options: ``checkpoint`` (path stem, or a published Medusa
     checkpoint: its directory or ``medusa_lm_head.pt``), ``max_rank``, ``draft_vocab`` (score only the N most
     frequent tokens; 0: all; default: `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a token ranking),
+    ``context_vocab`` (default true: the cut also scores the tokens of the sequence so far),
     ``choices`` (the tree as rank paths: a shipped name such as mc_sim_7b_63 or a JSON file; default for
     published heads: mc_sim_7b_63, else the tree built from the checkpoint's measured accuracies), ``tree``
     ("dynamic": EAGLE-2's tree from the heads' confidence, the default for specbench's checkpoints; "static":

@@ -58,6 +58,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.nosuch=1"], ["drafter 'ngram'", "nosuch"]),
         (["run", "--drafters", "hydra", "--drafter-option", "hydra.draft_vocab=-5"], ["drafter 'hydra'", "draft_vocab"]),
+        (["run", "--drafters", "ctc", "--drafter-option", "ctc.context_vocab=maybe"],
+         ["drafter 'ctc'", "context_vocab must be true or false"]),
         (["run", "--drafters", "vanilla", "--drafter-option", "vanilla.depth=3"], ["drafter 'vanilla'", "takes no options"]),
         (["run", "--drafters", "ngram", "--drafter-option", "hydra.top_k=3"], ["not in --drafters: hydra"]),
         (["run", "--device", "tpu"], ["--device must be cpu, cuda or cuda:N"]),

@@ -189,20 +189,26 @@ def test_training_lowers_loss_round_trips_and_drafts_losslessly(method, drafter_
             drafter, sample.input_ids[: sample.prompt_len].tolist(), len(sample.input_ids) - sample.prompt_len,
             budget).steps]
         assert sum(replayed) / len(replayed) == pytest.approx(walk[str(budget)])
-    # a draft vocabulary of the 6 most frequent tokens: every proposed token is one of them, output exact
-    cut = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=6)
-    proposed: set[int] = set()
-    original = cut.propose
+    # a draft vocabulary of the 6 most frequent tokens: every proposed token is one of them (with
+    # context_vocab, one of them or a token of the sequence so far), output exact either way
+    greedy = plain_greedy(llama_target.model, [5, 17, 42, 8], 30, llama_target.eos_ids)
+    for context_vocab in (False, True):
+        cut = drafter_class(checkpoint=str(tmp_path / method), draft_vocab=6, context_vocab=context_vocab)
+        proposed: set[int] = set()
+        seen: set[int] = set()
+        original = cut.propose
 
-    def recording(ctx):
-        tree = original(ctx)
-        proposed.update(tree.tokens[1:].tolist())
-        return tree
+        def recording(ctx, original=original, proposed=proposed, seen=seen):
+            seen.update(ctx.tokens.tolist())
+            tree = original(ctx)
+            proposed.update(tree.tokens[1:].tolist())
+            return tree
 
-    cut.propose = recording
-    result = generate(llama_target, cut, [5, 17, 42, 8], max_new_tokens=30, budget=12)
-    assert result.output_ids == plain_greedy(llama_target.model, [5, 17, 42, 8], 30, llama_target.eos_ids)
-    assert proposed and proposed <= set(cut.vocab.ids.tolist())
+        cut.propose = recording
+        result = generate(llama_target, cut, [5, 17, 42, 8], max_new_tokens=30, budget=12)
+        assert result.output_ids == greedy
+        allowed = set(cut.vocab.ids.tolist()) | (seen if context_vocab else set())
+        assert proposed and proposed <= allowed
 
 
 def test_training_continues_from_a_checkpoint_and_refuses_one_that_does_not_fit(llama_target, cache, tmp_path):

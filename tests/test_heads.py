@@ -267,6 +267,65 @@ def test_label_indices_map_into_the_cut_and_ignore_the_rest(llama_target):
         torch.testing.assert_close(vocab.logits(features), llama_target.lm_head(features)[:, vocab.ids])
 
 
+def test_context_columns_score_the_sequence_tokens_the_cut_lacks(llama_target):
+    """follow_context adds each token of the sequence outside the cut once, as a column scored with the
+    target's row; token_ids maps those columns back; forget_context drops them; the whole vocabulary and
+    a head's own projection are left alone."""
+    from torch import nn
+
+    from specbench.drafters.draft_vocab import DraftVocab
+
+    vocab_size, hidden = llama_target.config.vocab_size, llama_target.config.hidden_size
+    ranking = torch.arange(vocab_size - 1, -1, -1, dtype=torch.int32)  # highest ids most frequent
+    vocab = DraftVocab(llama_target.lm_head, ranking, 4)  # keeps ids V-4 .. V-1
+    features = torch.randn(2, hidden)
+    vocab.follow_context(torch.tensor([9, vocab_size - 1, 3, 9]))
+    vocab.follow_context(torch.tensor([3, 11]))
+    assert vocab.columns.tolist() == list(range(vocab_size - 4, vocab_size)) + [3, 9, 11]
+    assert vocab.token_ids(torch.tensor([[4, 6], [0, 5]])).tolist() == [[3, 11], [vocab_size - 4, 9]]
+    with torch.no_grad():
+        torch.testing.assert_close(vocab.logits(features), llama_target.lm_head(features)[:, vocab.columns])
+    assert vocab.size == 4  # the cut's own rows: what training and held-out scores count
+    vocab.forget_context()
+    assert vocab.columns.tolist() == list(range(vocab_size - 4, vocab_size)) and vocab.logits(features).shape == (2, 4)
+
+    whole = DraftVocab(llama_target.lm_head, ranking, 0)
+    whole.follow_context(torch.tensor([3, 9]))
+    assert whole.columns is None and whole.logits(features).shape == (2, vocab_size)
+
+    own = DraftVocab.of_projection(nn.Linear(hidden, 4, bias=False), ranking, vocab_size)  # a head's own rows
+    own.follow_context(torch.tensor([3]))
+    assert own.logits(features).shape == (2, 4) and own.columns.tolist() == list(range(vocab_size - 4, vocab_size))
+
+
+@pytest.mark.parametrize("method", ["medusa", "hydra"])
+def test_drafters_follow_the_context_and_stay_exact(method, llama_target, cache, tmp_path):
+    """With a cut, the drafter's vocabulary gains the prompt's and answer's tokens outside it (not with
+    context_vocab=false), per sequence; either way the output is plain greedy decoding, and the option is
+    part of the drafter's identity (it changes proposals)."""
+    train_heads(HeadTrainConfig(method=method, cache=str(cache), out=str(tmp_path / method), num_heads=2, epochs=1,
+                                batch_size=64, warmup_steps=1), llama_target, progress=False)
+    prompt = [5, 17, 42, 8]
+    greedy = plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
+    identities = []
+    for context_vocab in (True, "false"):
+        drafter = DRAFTERS[method](checkpoint=str(tmp_path / method), draft_vocab=5, context_vocab=context_vocab)
+        result = generate(llama_target, drafter, prompt, 20, 8)
+        assert result.output_ids == greedy
+        cut = set(drafter.vocab.ids.tolist())
+        outside = set(drafter.vocab.columns.tolist()) - cut
+        if context_vocab is True:  # every prompt token outside the cut, and answer tokens only
+            assert set(prompt) - cut
+            assert set(prompt) - cut <= outside <= set(prompt + result.output_ids) - cut
+            assert len(drafter.vocab.columns) == len(set(drafter.vocab.columns.tolist()))  # each token once
+        else:
+            assert not outside
+        identities.append(drafter.identity())
+        drafter.reset(llama_target.handle)  # a new sequence forgets the last one's words
+        assert drafter.vocab.columns.tolist() == drafter.vocab.ids.tolist()
+    assert identities[0] != identities[1]
+
+
 @pytest.mark.parametrize("train_vocab, dtype", [(24, "float32"), (0, "bfloat16")])
 def test_training_over_a_cut_or_in_bf16_autocast(train_vocab, dtype, llama_target, cache, tmp_path):
     """A train vocabulary scores only the cut (labels outside are ignored); bf16 autocast keeps float32
