@@ -102,23 +102,17 @@ class CheckpointDrafter(Drafter):
             self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
             self.loaded(recipe)
         self._followed = 0
-        for vocab in self.vocabularies():
-            vocab.forget_context()
+        self.vocab.forget_context()
         self.start_sequence()
-
-    def vocabularies(self) -> list[DraftVocab]:
-        """Every vocabulary the drafter scores with: the draft vocabulary and any per-head projections
-        (which never take context columns, `DraftVocab.of_projection`)."""
-        return ([self.vocab] if self.vocab is not None else []) + (self.head_vocabs or [])
 
     def follow_context(self, ctx: DraftContext) -> None:
         """Pass the tokens added to the sequence since the last call (prompt, accepted tokens, root) to the
-        vocabularies, which score those the cut lacks from now on (``context_vocab``)."""
+        draft vocabulary, which scores those the cut lacks from now on (``context_vocab``). Heads with their
+        own output projections take none (`DraftVocab.of_projection`)."""
         new = ctx.tokens[self._followed :]
         self._followed = len(ctx.tokens)
-        if self.context_vocab:
-            for vocab in self.vocabularies():
-                vocab.follow_context(new)
+        if self.context_vocab and not self.head_vocabs:  # own projections take no context columns
+            self.vocab.follow_context(new)
 
     def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
         """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""

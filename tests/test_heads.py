@@ -444,6 +444,11 @@ def test_own_output_projections_start_as_the_shared_heads_and_then_learn(method,
     prompt = [5, 17, 42, 8]
     result = generate(llama_target, drafter, prompt, max_new_tokens=20, budget=8)
     assert result.output_ids == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
+    # own projections take no context columns (they have no rows for them): the same proposals as without
+    assert all(vocab.columns.tolist() == vocab.ids.tolist() for vocab in drafter.head_vocabs)
+    plain = DRAFTERS[method](checkpoint=trained.out, context_vocab=False)
+    assert [s.accepted for s in generate(llama_target, plain, prompt, 20, 8).steps] == [s.accepted for s in result.steps]
+    assert plain.identity() == drafter.identity()
 
 
 def test_own_output_projections_must_match_the_warm_start(llama_target, cache, tmp_path):
