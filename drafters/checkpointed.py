@@ -111,8 +111,14 @@ class CheckpointDrafter(Drafter):
         own output projections take none (`DraftVocab.of_projection`)."""
         new = ctx.tokens[self._followed :]
         self._followed = len(ctx.tokens)
-        if self.context_vocab and not self.head_vocabs:  # own projections take no context columns
+        if self.follows_context:
             self.vocab.follow_context(new)
+
+    @property
+    def follows_context(self) -> bool:
+        """Whether proposals score the sequence's own tokens beyond the cut: ``context_vocab``, a cut, and no
+        own output projections (they take no context columns)."""
+        return self.context_vocab and self.vocab is not None and self.vocab.ids is not None and not self.head_vocabs
 
     def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
         """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""
@@ -130,8 +136,7 @@ class CheckpointDrafter(Drafter):
             return ""
         # the recipe's measured statistics shape the tree (medusa, hydra): re-measured, they change proposals
         metrics = hashlib.sha256(json.dumps(self.recipe.get("metrics", {}), sort_keys=True).encode()).hexdigest()
-        follows = self.context_vocab and self.vocab is not None and self.vocab.ids is not None and not self.head_vocabs
-        vocabulary = f":vocab:{self.vocab.size}:context" if follows else ""
+        vocabulary = f":vocab:{self.vocab.size}:context" if self.follows_context else ""
         return f"{weights}:metrics:{metrics[:16]}{vocabulary}"
 
     def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:

@@ -82,7 +82,6 @@ class DraftVocab:
             if ranking is None:
                 raise ValueError(f"an output projection of {rows} rows needs the checkpoint's vocabulary ranking")
             vocab.ids = ranking[:rows].long().sort().values.to(projection.weight.device)  # [V'], ascending ids
-        vocab.forget_context()
         return vocab
 
     @property
