@@ -1,7 +1,7 @@
 """Shared set-up for the step-cost measurements: ``verify_cost.py`` and the pytest-benchmark suite
 (``benchmarks/test_micro_*.py``, see docs/benchmarks.md).
 
-- Verification trees of a given size and shape, a prefilled cache, and `rewind` (from `specbench.profile`,
+- Verification trees of a given size and shape, a prefilled cache, and `rewind` (from `specbench.harness.autobudget.profile`,
   which `specbench profile` uses too), so every round verifies against exactly the same prefix.
 - `record_decode_state`: a drafter's state after a prefill and a few real decode steps, recorded by
   running `specbench.harness.loop.generate` itself, and replayable so that every benchmark round proposes
@@ -25,7 +25,7 @@ from specbench import kv
 from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel
-from specbench.profile import (BUSHY_FANOUT, ROOT_TOKEN, TREE_SHAPES, prefilled_cache, rewind,  # noqa: F401 (re-exported)
+from specbench.harness.autobudget.profile import (BUSHY_FANOUT, ROOT_TOKEN, TREE_SHAPES, prefilled_cache, rewind,  # noqa: F401 (re-exported)
                                synthetic_prefix, tree_of_size)
 from specbench.tree import DraftTree
 from specbench.verify import VerifyOutcome

@@ -1,6 +1,6 @@
 """Cost of one verification forward by tree size: how many draft nodes a step can afford on this machine.
 
-The same measurement as `specbench profile` (``specbench.profile.measure_profile``: for each size n, a
+The same measurement as `specbench profile` (``specbench.harness.autobudget.profile.measure_profile``: for each size n, a
 tree of n nodes is verified against a fixed cached prefix and its slots dropped again, median of the
 repeats), printed as a table without touching the profile cache. The pytest-benchmark suite times the
 same forwards (``benchmarks/test_micro_verify.py``, docs/benchmarks.md) with saved baselines.
@@ -16,7 +16,7 @@ import sys
 import torch
 
 from specbench.model import load_target
-from specbench.profile import TREE_SHAPES, measure_profile
+from specbench.harness.autobudget.profile import TREE_SHAPES, measure_profile
 
 
 def main() -> int:

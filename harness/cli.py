@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specbench.calibration import HELDOUT_PER_CATEGORY
+from specbench.harness.autobudget.calibration import HELDOUT_PER_CATEGORY
 from specbench.errors import SpecbenchError
 from specbench.placement import STRATEGIES
 from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON
@@ -371,7 +371,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from specbench.model import cache_root, check_device, load_target
-    from specbench.profile import TREE_SHAPES, cache_path, load_profile, measure_and_cache, profile_key, save_profile
+    from specbench.harness.autobudget.profile import TREE_SHAPES, cache_path, load_profile, measure_and_cache, profile_key, save_profile
 
     sizes = _tree_sizes(args.sizes, "--sizes")
     unknown = [shape for shape in args.shapes if shape not in TREE_SHAPES]
@@ -406,13 +406,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.harness.runner import RunConfig, resolve_profile
+    from specbench.harness.autobudget.profile import resolve_profile
+    from specbench.harness.runner import RunConfig
     from specbench.model import cache_root, load_target
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions, resolve_bench, select_questions
-    from specbench.harness.budgets import create_entry
-    from specbench.replay import sweep
-    from specbench.trajectory_cache import replay_trajectories
+    from specbench.harness.autobudget.replay import sweep
+    from specbench.harness.autobudget.spec import create_entry
+    from specbench.harness.autobudget.trajectories import replay_trajectories
 
     budgets = _tree_sizes(args.budgets, "--budgets")
     if args.out and Path(args.out).is_dir():
@@ -433,10 +434,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     turns = [(q.category if args.by == "category" else f"turn {number}", t) for q, per_turn in zip(questions, recorded)
              for number, t in enumerate(per_turn, start=1)]
     table = sweep(target, drafters, turns, budgets, args.max_new_tokens, progress=not args.no_progress)
-    profile, source = resolve_profile(config, target)
+    profile, source = resolve_profile(config.profile, target)
     if profile is not None:
-        from specbench.budget import predicted_speedup
-        from specbench.replay import budget_point
+        from specbench.harness.autobudget.predict import predicted_speedup
+        from specbench.harness.autobudget.replay import budget_point
 
         table["predicted_speedup"] = [predicted_speedup(budget_point(row), profile) for row in table.itertuples()]
     if args.out:

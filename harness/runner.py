@@ -22,10 +22,12 @@ from pathlib import Path
 import torch
 
 from specbench import __version__
-from specbench.calibration import HELDOUT, SHIPPED, heldout_questions
 from specbench.errors import SpecbenchError
 from specbench.harness import distributed
-from specbench.harness.budgets import BudgetChoice, create_entry, parse_budget_spec, resolve_budgets, split_entry
+from specbench.harness.autobudget import resolve_budgets
+from specbench.harness.autobudget.calibration import HELDOUT, SHIPPED, heldout_questions
+from specbench.harness.autobudget.profile import load_profile, resolve_profile
+from specbench.harness.autobudget.spec import BudgetChoice, create_entry, parse_budget_spec, split_entry
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import NAMED_MODELS, TargetModel, check_device, load_target
 from specbench.placement import check_device_map, placement_summary
@@ -54,7 +56,7 @@ class RunConfig:
     categories: list[str] | None = None
     limit: int | None = None
     max_new_tokens: int = 128
-    tree_budget: int | str = "auto"  # N, auto, or per drafter: "hydra=4,medusa=3,auto" (harness.budgets)
+    tree_budget: int | str = "auto"  # N, auto, or per drafter: "hydra=4,medusa=3,auto" (harness.autobudget.spec)
     repeats: int = 1
     breakdown: bool = True
     device: str = "cpu"
@@ -68,9 +70,9 @@ class RunConfig:
     drafter_options: dict[str, dict] = field(default_factory=dict)
     profile: str | None = None  # a verify-cost profile file (default: the cached one for this machine, if any)
     # what `auto` calibrates on: a question file, "heldout" or "shipped" (default: held-out questions of the
-    # benchmark when the run leaves some of each category out, else the shipped set; specbench.calibration)
+    # benchmark when the run leaves some of each category out, else the shipped set; harness.autobudget.calibration)
     calibration: str | None = None
-    auto_budgets: list[int] | None = None  # budgets `auto` chooses among (default: harness.budgets.DEFAULT_CANDIDATES)
+    auto_budgets: list[int] | None = None  # budgets `auto` chooses among (default: harness.autobudget.choose.DEFAULT_CANDIDATES)
     # Sampling (specbench.sampling): temperature 0 is greedy; above it every drafter and vanilla sample from
     # the same warped target distribution, verified by `verify` (auto: greedy at T=0, else rejection).
     temperature: float = 0.0
@@ -115,8 +117,6 @@ class RunConfig:
         check_device_map(self.device_map, self.device, distributed=distributed.current_shard() is not None)
         check_device(self.device)
         if self.profile is not None:
-            from specbench.profile import load_profile
-
             load_profile(Path(self.profile))  # a bad file stops the run before the model loads
 
     @property
@@ -137,22 +137,9 @@ def _git_sha() -> str | None:
         return None
 
 
-def resolve_profile(config: RunConfig, target: TargetModel):
-    """(the verify-cost profile a run or replay uses, where it came from): the file given (``--profile``),
-    else the one `specbench profile` cached for this model, device, dtype, threads and torch version, else
-    (None, None)."""
-    from specbench.model import cache_root
-    from specbench.profile import cached_profile, load_profile
-
-    if config.profile:
-        return load_profile(Path(config.profile)), config.profile
-    profile = cached_profile(target, cache_root())
-    return profile, ("cache" if profile is not None else None)
-
-
 def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
     """The profile as the manifest records it (with its ``source``), or None."""
-    profile, source = resolve_profile(config, target)
+    profile, source = resolve_profile(config.profile, target)
     return None if profile is None else profile.to_json() | {"source": source}
 
 

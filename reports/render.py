@@ -7,13 +7,10 @@ import base64
 import html as html_lib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
-if TYPE_CHECKING:  # avoid a cycle: report imports render
-    from specbench.reports.report import Report
-    from specbench.reports.tables import Table
+from specbench.reports.document import Report
+from specbench.reports.tables import Table
 
 NUMERIC = re.compile(r"^[-+–]?[\d.]|^–$|^ref$")
 PREAMBLE = "Computed by `specbench report` from the runs' answer files (answers/*.jsonl) and manifests only."

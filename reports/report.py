@@ -8,7 +8,6 @@ charts are named ``<run>-<name>``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -17,41 +16,12 @@ from matplotlib.figure import Figure
 from specbench.errors import SpecbenchError
 from specbench.reports import charts, render, tables
 from specbench.reports.context import context_table
+from specbench.reports.document import Chart, Report, Section
 from specbench.reports.runs import RunResults
 from specbench.reports.tables import Table
 
 TABLE_FORMATS = ("md", "html", "tex", "csv")
 CHART_FORMATS = ("png", "pdf", "svg")
-
-
-@dataclass
-class Chart:
-    name: str  # file stem
-    title: str
-    figure: Figure
-
-    @property
-    def width_share(self) -> float:
-        """The figure's width as a share of a two-column page's text width (its print size)."""
-        return min(1.0, self.figure.get_figwidth() / charts.WIDE)
-
-
-@dataclass
-class Section:
-    title: str
-    tables: list[Table] = field(default_factory=list)
-    charts: list[Chart] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Report:
-    title: str
-    sections: list[Section]
-
-    @property
-    def notes(self) -> list[str]:
-        return [note for section in self.sections for note in section.notes]
 
 
 def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str], prefix: str) -> Section:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specbench.budget import BudgetPoint, best_budget, predicted_speedup
-from specbench.profile import VerifyProfile
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget, predicted_speedup
+from specbench.harness.autobudget.profile import VerifyProfile
 
 SIZES = [1, 2, 4, 8, 16, 32, 64]
 # tau grows by ~0.12 per doubling of the budget, as replay measured for hydra-like drafters

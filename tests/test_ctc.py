@@ -29,7 +29,8 @@ from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, res
 from specbench.errors import SpecbenchError
 from specbench.drafters.training.distill import iter_samples
 from specbench.harness.loop import generate
-from specbench.replay import Trajectory, TrajectoryTarget
+from specbench.harness.autobudget.replay import TrajectoryTarget
+from specbench.harness.autobudget.trajectories import Trajectory
 from specbench.tree import DraftTree
 
 BLANK = -1

@@ -88,7 +88,8 @@ def test_oracles_equal_greedy(target, cases, wrong_from):
 @pytest.mark.parametrize("name", sorted(available_drafters()))
 def test_replay_equals_the_real_run_step_for_step(target, cases, name):
     """Replay against the recorded trajectory accepts what the real run accepted, at every step."""
-    from specbench.replay import record_trajectory, replay
+    from specbench.harness.autobudget.replay import replay
+    from specbench.harness.autobudget.trajectories import record_trajectory
 
     drafter = create_drafter(name)
     for ids, _ in cases[:2]:

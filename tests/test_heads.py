@@ -18,7 +18,8 @@ from specbench.drafters.training.heads import (HeadTrainConfig, position_dataset
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
 from specbench.drafters.training.distill import iter_samples
-from specbench.replay import Trajectory, TrajectoryTarget
+from specbench.harness.autobudget.replay import TrajectoryTarget
+from specbench.harness.autobudget.trajectories import Trajectory
 
 DRAFTERS = {"medusa": MedusaDrafter, "hydra": HydraDrafter}
 

@@ -18,7 +18,7 @@ from torch import nn
 from specbench.errors import SpecbenchError
 from specbench.linear import (ENV, WEIGHT_LEFT_MAX_ROWS, WeightLeftLinear, chosen_kernel, kernel_of, use_kernel,
                               weight_left_linear)
-from specbench.profile import cache_path, profile_key
+from specbench.harness.autobudget.profile import cache_path, profile_key
 
 
 @settings(max_examples=40, deadline=None)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import build_tiny_model, make_target
 from specbench.errors import SpecbenchError
-from specbench.profile import (VerifyProfile, cache_path, cached_profile, load_profile, measure_profile, profile_key,
+from specbench.harness.autobudget.profile import (VerifyProfile, cache_path, cached_profile, load_profile, measure_profile, profile_key,
                                save_profile)
 from test_cli import assert_one_line_error, run_cli
 

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from specbench.budget import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
 from specbench.errors import SpecbenchError
-from specbench.harness.budgets import AUTO, parse_budget_spec
-from specbench.profile import VerifyProfile, save_profile
+from specbench.harness.autobudget.spec import AUTO, parse_budget_spec
+from specbench.harness.autobudget.profile import VerifyProfile, save_profile
 from test_cli import assert_one_line_error, run_cli
 
 DRAFTERS = ["vanilla", "ngram", "hydra", "medusa"]
@@ -98,7 +98,7 @@ def run_tiny(target, out, **options):
 
 
 def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, tmp_path, monkeypatch):
-    from specbench.harness import budgets as budgets_module
+    from specbench.harness.autobudget import choose as budgets_module
     from specbench.reports.summary import write_summary
     from specbench.results import load_run
 
@@ -131,10 +131,10 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
 def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     """A two-turn calibration question gives two trajectories; the second turn's prompt carries the target's
     own greedy first answer, as `question_trajectories` (what a run decodes) builds it."""
-    from specbench.calibration import calibration_trajectories
+    from specbench.harness.autobudget.calibration import calibration_trajectories
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions
-    from specbench.replay import question_trajectories
+    from specbench.harness.autobudget.trajectories import question_trajectories
 
     target, _, _ = tiny_run_setup
     two_turns = tmp_path / "two.jsonl"
@@ -155,7 +155,7 @@ def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
 def test_replay_trajectories_are_recorded_once_per_question_set(tiny_run_setup, tmp_path, monkeypatch):
     """`specbench replay` records a question set's trajectories once; a second replay reads them (the target
     is not run), and another selection of questions (as --limit makes) is another file."""
-    import specbench.trajectory_cache as trajectory_cache
+    import specbench.harness.autobudget.trajectories as trajectory_cache
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions
 
@@ -176,7 +176,7 @@ def test_replay_trajectories_are_recorded_once_per_question_set(tiny_run_setup, 
 
 
 def test_heldout_calibration_is_the_benchmarks_questions_the_run_leaves_out(tiny_run_setup, tmp_path):
-    from specbench.calibration import heldout_questions
+    from specbench.harness.autobudget.calibration import heldout_questions
     from specbench.questions import load_questions
     from specbench.results import load_run
 
@@ -199,7 +199,7 @@ def test_heldout_calibration_is_the_benchmarks_questions_the_run_leaves_out(tiny
 def test_auto_calibrates_on_held_out_questions_by_default_when_the_run_leaves_some_out(tiny_run_setup, tmp_path):
     """No --calibration: held-out benchmark questions when every category of the run keeps one back, the
     shipped set when the run answers a whole category; an explicit choice always wins."""
-    from specbench.calibration import HELDOUT, SHIPPED, calibration_source
+    from specbench.harness.autobudget.calibration import HELDOUT, SHIPPED, calibration_source
 
     assert calibration_source(None, "demo", ["math", "coding"], 1) == HELDOUT
     assert calibration_source(None, "demo", ["math", "coding"], 2) == SHIPPED  # demo has two per category

@@ -19,7 +19,6 @@ continuation.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 import torch
 
@@ -29,37 +28,9 @@ from specbench.errors import SpecbenchError
 from specbench.results import first_divergence
 from specbench.tree import DraftTree
 from specbench.verify import greedy_path
-
-
-@dataclass
-class Trajectory:
-    """One prompt's greedy continuation and the target's hidden states along it.
-
-    prompt:       LongTensor[P]
-    continuation: LongTensor[N] greedy tokens, the root (first new token) first; ends at EOS or the cap
-    hidden:       Tensor[P + N, H] last-layer hidden states (after the final norm) at every position
-    """
-
-    prompt: torch.Tensor
-    continuation: torch.Tensor
-    hidden: torch.Tensor
-
-    @property
-    def ids(self) -> torch.Tensor:
-        return torch.cat([self.prompt, self.continuation])
-
-
-@torch.inference_mode()
-def record_trajectory(target, prompt_ids: list[int], max_new_tokens: int) -> Trajectory:
-    """Plain greedy decoding of ``prompt_ids`` through the loop (vanilla drafter), then one forward over
-    prompt + continuation for the hidden states."""
-    from specbench.drafters.vanilla import VanillaDrafter
-    from specbench.harness.loop import generate
-
-    result = generate(target, VanillaDrafter(), prompt_ids, max_new_tokens, 1)
-    ids = torch.tensor(prompt_ids + result.output_ids, dtype=torch.long)
-    hidden = target.decoder(input_ids=ids[None].to(target.device)).last_hidden_state[0]  # [P + N, H]
-    return Trajectory(ids[: len(prompt_ids)], ids[len(prompt_ids):], hidden)
+from specbench.harness.autobudget.predict import BudgetPoint
+from specbench.harness.autobudget.trajectories import Trajectory
+from specbench.harness.loop import generate
 
 
 class TrajectoryTarget:
@@ -114,25 +85,12 @@ def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int
     """`generate` with ``drafter`` at ``budget`` against ``trajectory``; returns the `TurnResult` (stage
     times on, so ``step.stage_ms['draft']`` is the drafter's own cost). Its output must be the trajectory's
     continuation; anything else is a bug in the drafter or the replay, and is raised."""
-    from specbench.harness.loop import generate
-
     stand_in = TrajectoryTarget(target, trajectory)
     result = generate(stand_in, drafter, trajectory.prompt.tolist(), max_new_tokens, budget, breakdown=True)
     divergence = first_divergence(result.output_ids, trajectory.continuation.tolist()[:max_new_tokens])
     if divergence is not None:
         raise SpecbenchError(f"replay of {type(drafter).__name__} left the recorded trajectory at token {divergence}")
     return result
-
-
-def question_trajectories(target, prompts, question, max_new_tokens: int) -> list[Trajectory]:
-    """One trajectory per turn, each turn prompted with the greedy answers before it (as a run does)."""
-    answers: list[str] = []
-    trajectories = []
-    for turn in range(len(question.turns)):
-        trajectory = record_trajectory(target, prompts.build(question.turns[: turn + 1], answers), max_new_tokens)
-        trajectories.append(trajectory)
-        answers.append(prompts.answer_text(trajectory.continuation.tolist()))
-    return trajectories
 
 
 def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajectory]], budgets: list[int],
@@ -171,10 +129,8 @@ def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajector
     return pd.DataFrame(rows)
 
 
-def budget_point(row) -> "BudgetPoint":
+def budget_point(row) -> BudgetPoint:
     """A `sweep` row (a namedtuple or a mapping) as the `BudgetPoint` the speedup prediction takes."""
-    from specbench.budget import BudgetPoint
-
     get = row.get if isinstance(row, dict) else lambda key: getattr(row, key)
     trees = dict((key, int(count)) for key, count in (item.split("x") for item in str(get("trees")).split()))
     return BudgetPoint(int(get("budget")), float(get("tau")), float(get("draft_ms")), trees)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from specbench.profile import VerifyProfile, tree_of_size
+from specbench.harness.autobudget.profile import VerifyProfile, tree_of_size
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ import torch
 
 from specbench import kv
 from specbench.errors import SpecbenchError
+from specbench.model import cache_root
 from specbench.placement import placement_summary
+from specbench.timing import wall_clock
 from specbench.tree import DraftTree
 
 PROFILE_FORMAT = 1
@@ -186,8 +188,6 @@ def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int
     one size after another, so slow drift of the machine (clock, cache, a neighbour's load) lands on all
     sizes alike instead of on whichever size was being timed: the ratios to one node are what predictions
     use."""
-    from specbench.timing import wall_clock
-
     if repeats < 1 or prefix < 1 or not sizes:
         raise SpecbenchError("a profile needs at least one size, one repeat and a prefix of one token")
     vocab = target.lm_head.weight.shape[0]
@@ -245,3 +245,13 @@ def cached_profile(target, root: Path) -> VerifyProfile | None:
     """The cached profile for this target, device, dtype, threads and torch version, if one was measured."""
     path = cache_path(profile_key(target), root)
     return load_profile(path) if path.exists() else None
+
+
+def resolve_profile(profile_file: str | None, target):
+    """(the verify-cost profile a run or replay uses, where it came from): ``profile_file`` when given
+    (``--profile``), else the one `specbench profile` cached for this model, device, dtype, threads and torch
+    version, else (None, None)."""
+    if profile_file:
+        return load_profile(Path(profile_file)), profile_file
+    profile = cached_profile(target, cache_root())
+    return profile, ("cache" if profile is not None else None)

@@ -1,15 +1,8 @@
-"""Tree budgets per drafter: the ``--tree-budget`` spec, and ``auto``, which picks each drafter's budget
-by replaying it over the calibration set and predicting its speedup on this machine.
+"""``--tree-budget auto``: each drafter's budget of highest predicted speedup on this machine.
 
-Spec: comma-separated items, each ``N``, ``auto``, ``NAME=N`` or ``NAME=auto``. An unnamed item sets the
-budget of every drafter not named; with none, that is ``auto``. Vanilla always runs at 1: it proposes the
-root alone, so a budget changes nothing for it. A run entry ``NAME@N`` (``--drafters hydra,hydra@2,hydra@8``)
-is drafter NAME pinned to budget N, so one run times a drafter at several budgets side by side,
-interleaved per question like any other entries.
+For each drafter whose budget is ``auto`` (greedy verification only: replay holds for greedy decoding):
 
-``auto``, for each drafter (greedy verification only: replay holds for greedy decoding):
-
-1. the calibration set's greedy trajectories (`specbench.calibration`, cached);
+1. the calibration set's greedy trajectories (`calibration`, cached);
 2. the drafter replayed over them at every candidate budget: tau(b) and its own draft ms per step
    (cached per drafter identity, candidates and machine);
 3. the loop, measured on one calibration prompt with plain decoding: verify ms of a one-node step (v1)
@@ -24,74 +17,28 @@ interleaved per question like any other entries.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specbench.budget import BudgetPoint, best_budget
+from specbench.drafters.vanilla import VanillaDrafter
 from specbench.errors import SpecbenchError
+from specbench.harness.autobudget.calibration import (CALIBRATION_TOKENS, calibration_file, calibration_source,
+                                                      calibration_trajectories)
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget
+from specbench.harness.autobudget.profile import measure_and_cache, resolve_profile
+from specbench.harness.autobudget.replay import budget_point, sweep
+from specbench.harness.autobudget.spec import AUTO, BudgetChoice, parse_budget_spec, split_entry
+from specbench.harness.autobudget.trajectories import cached_json, key_digest
+from specbench.harness.loop import generate
+from specbench.model import cache_root
+from specbench.questions import load_questions
 from specbench.results import BASELINE
 
-AUTO = "auto"
 #: budgets `auto` chooses among (those above the largest profiled size are dropped)
 DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CURVE_FORMAT = 3  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
-
-
-def split_entry(entry: str) -> tuple[str, int | None]:
-    """A run entry as (registered drafter name, pinned budget or None): ``hydra@4`` -> (hydra, 4)."""
-    name, at, budget = entry.partition("@")
-    if not at:
-        return entry, None
-    if not budget.isdigit() or int(budget) < 1:
-        raise SpecbenchError(f"--drafters entry {entry!r}: NAME@N pins a budget of at least 1 node")
-    return name, int(budget)
-
-
-def create_entry(entry: str, options: dict[str, dict]):
-    """The drafter of a run entry (``hydra`` or ``hydra@4``), with its drafter's ``--drafter-option``s."""
-    from specbench.registry import create_drafter
-
-    name, _ = split_entry(entry)
-    return create_drafter(name, **options.get(name, {}))
-
-
-def parse_budget_spec(spec: str | int, drafters: list[str]) -> dict[str, int | str]:
-    """``--tree-budget`` as a budget (an int, or ``"auto"``) per drafter; a bad spec is one line."""
-    items = [item.strip() for item in str(spec).split(",") if item.strip()]
-    if not items:
-        raise SpecbenchError("--tree-budget is empty; give N, auto, or NAME=N,... (e.g. hydra=4,medusa=3)")
-
-    def value(text: str, item: str) -> int | str:
-        if text == AUTO:
-            return AUTO
-        try:
-            budget = int(text)
-        except ValueError:
-            raise SpecbenchError(f"--tree-budget {item!r}: expected a node count or 'auto'") from None
-        if budget < 1:
-            raise SpecbenchError(f"--tree-budget must be at least 1, got {budget}")
-        return budget
-
-    default: int | str = AUTO
-    named: dict[str, int | str] = {}
-    unnamed = 0
-    for item in items:
-        if "=" in item:
-            name, text = (part.strip() for part in item.split("=", 1))
-            if name not in drafters:
-                raise SpecbenchError(f"--tree-budget names {name!r}, which is not in --drafters ({', '.join(drafters)})")
-            if name in named:
-                raise SpecbenchError(f"--tree-budget names {name} more than once")
-            named[name] = value(text, item)
-        else:
-            unnamed += 1
-            if unnamed > 1:
-                raise SpecbenchError("--tree-budget has more than one default (an item without NAME=)")
-            default = value(item, item)
-    pinned = {name: split_entry(name)[1] for name in drafters}
-    return {name: 1 if split_entry(name)[0] == BASELINE else pinned[name] or named.get(name, default)
-            for name in drafters}
 
 
 @dataclass
@@ -103,24 +50,8 @@ class LoopTiming:
     steps: int
 
 
-@dataclass
-class BudgetChoice:
-    """The budget one drafter runs at and how it was chosen (what the manifest records)."""
-
-    budget: int
-    how: str  # "fixed" (given), "auto" (chosen), "baseline" (vanilla: always 1)
-    predicted_speedup: float | None = None
-    curve: list[dict] = field(default_factory=list)  # per candidate: budget, tau, draft_ms, predicted_speedup
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
 def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS) -> LoopTiming:
     """Time plain decoding of ``prompt_ids`` through the loop (after one untimed pass)."""
-    from specbench.drafters.vanilla import VanillaDrafter
-    from specbench.harness.loop import generate
-
     generate(target, VanillaDrafter(), prompt_ids, tokens, 1)
     result = generate(target, VanillaDrafter(), prompt_ids, tokens, 1, breakdown=True)
     if not result.steps:
@@ -135,8 +66,6 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
     """`measure_loop_timing`, measured once per model, calibration set and machine, then read from the
     cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
     predictions of neighbouring budgets often differ by less than this timing's noise)."""
-    from specbench.trajectory_cache import cached_json, key_digest
-
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
     return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids))))
@@ -152,9 +81,6 @@ def drafter_identity(name: str, drafter, options: dict) -> dict:
 def replayed_curve(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
                    candidates: list[int], max_new_tokens: int, machine: dict, root: Path) -> list[BudgetPoint]:
     """tau and draft ms per candidate budget, replayed over the calibration trajectories (cached)."""
-    from specbench.trajectory_cache import cached_json, key_digest
-    from specbench.replay import budget_point, sweep
-
     drafter.reset(target.handle)  # a trained drafter loads its checkpoint here, so its identity is known
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
            "candidates": candidates, "machine": machine}
@@ -187,18 +113,10 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
 def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = False) -> tuple[dict[str, BudgetChoice], dict | None]:
     """(each drafter's `BudgetChoice`, what calibration used, or None when no budget is ``auto``) for a
     `RunConfig`. A missing profile is measured here (and cached), as `specbench profile` would."""
-    import sys
-
-    from specbench.calibration import CALIBRATION_TOKENS, calibration_file, calibration_source, calibration_trajectories
-    from specbench.harness.runner import resolve_profile
-    from specbench.model import cache_root
-    from specbench.profile import measure_and_cache
-    from specbench.questions import load_questions
-
     wanted = parse_budget_spec(config.tree_budget, list(drafters))
     if AUTO not in wanted.values():
         return choose_budgets(wanted, None), None
-    profile, source = resolve_profile(config, target)
+    profile, source = resolve_profile(config.profile, target)
     if profile is None:
         print("specbench: no verify-cost profile for this machine yet; measuring one (`specbench profile`)",
               file=sys.stderr)

@@ -18,7 +18,7 @@ of every one of its categories out, and the shipped set otherwise (a run over wh
 ``--calibration shipped`` asks for the shipped set always. The manifest's ``calibration.source`` says
 which was used (docs/decisions.md, "Hardware").
 
-The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`specbench.trajectory_cache`):
+The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`trajectories`):
 recorded once and shared by every drafter and budget.
 """
 
@@ -34,7 +34,7 @@ from specbench.errors import SpecbenchError
 from specbench.questions import Question, load_questions, resolve_bench, select_questions
 
 if TYPE_CHECKING:  # the CLI reads this module's constants; torch loads only when calibrating
-    from specbench.replay import Trajectory
+    from specbench.harness.autobudget.trajectories import Trajectory
 
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
@@ -98,7 +98,7 @@ def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens:
                              root: Path) -> tuple[list[Trajectory], dict]:
     """(one trajectory per turn of every calibration question, the cache key); recorded or read from the
     cache. ``prompts`` is the run's `PromptBuilder`."""
-    from specbench.trajectory_cache import cached_trajectories
+    from specbench.harness.autobudget.trajectories import cached_trajectories
 
     by_question, key, _ = cached_trajectories(target, prompts, load_questions(calibration), max_new_tokens, template,
                                               root / "calibration")

@@ -1,6 +1,6 @@
 """Greedy trajectories of a question set, recorded once and kept under ``$SPECBENCH_CACHE``.
 
-A trajectory (`specbench.replay.Trajectory`) depends on the model, where and in what dtype it runs, the
+A trajectory (`Trajectory`: a prompt's greedy continuation and the target's hidden states along it) depends on the model, where and in what dtype it runs, the
 chat template, the token cap and the questions, so the cache key holds all of these (the questions by
 their content: `--limit` and `--categories` are part of it, a file's path is not). Both users of
 trajectories go through here: `--tree-budget auto`'s calibration set and `specbench replay`.
@@ -19,12 +19,55 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from specbench.drafters.vanilla import VanillaDrafter
+from specbench.harness.loop import generate
 from specbench.questions import Question
-from specbench.replay import Trajectory, question_trajectories
+
+
+@dataclass
+class Trajectory:
+    """One prompt's greedy continuation and the target's hidden states along it.
+
+    prompt:       LongTensor[P]
+    continuation: LongTensor[N] greedy tokens, the root (first new token) first; ends at EOS or the cap
+    hidden:       Tensor[P + N, H] last-layer hidden states (after the final norm) at every position
+    """
+
+    prompt: torch.Tensor
+    continuation: torch.Tensor
+    hidden: torch.Tensor
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt, self.continuation])
+
+
+@torch.inference_mode()
+def record_trajectory(target, prompt_ids: list[int], max_new_tokens: int) -> Trajectory:
+    """Plain greedy decoding of ``prompt_ids`` through the loop (vanilla drafter), then one forward over
+    prompt + continuation for the hidden states."""
+    result = generate(target, VanillaDrafter(), prompt_ids, max_new_tokens, 1)
+    ids = torch.tensor(prompt_ids + result.output_ids, dtype=torch.long)
+    hidden = target.decoder(input_ids=ids[None].to(target.device)).last_hidden_state[0]  # [P + N, H]
+    return Trajectory(ids[: len(prompt_ids)], ids[len(prompt_ids):], hidden)
+
+
+def question_trajectories(target, prompts, question, max_new_tokens: int) -> list[Trajectory]:
+    """One trajectory per turn, each turn prompted with the greedy answers before it (as a run does)."""
+    answers: list[str] = []
+    trajectories = []
+    for turn in range(len(question.turns)):
+        trajectory = record_trajectory(target, prompts.build(question.turns[: turn + 1], answers), max_new_tokens)
+        trajectories.append(trajectory)
+        answers.append(prompts.answer_text(trajectory.continuation.tolist()))
+    return trajectories
+
+
 
 
 def trajectory_key(target, questions: list[Question], max_new_tokens: int, template: str | None) -> dict:
