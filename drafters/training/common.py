@@ -1,13 +1,23 @@
-"""Plumbing every drafter's training shares: the cache check, the learning-rate schedule, resumable
-per-epoch checkpoints (``<out>.epochN.pt`` next to the output stem), and the training loop of the drafters
-that learn from whole samples (`train_on_samples`)."""
+"""Plumbing every drafter's training shares: the training configs' common fields and their checks
+(`TrainConfig`), the cache check, the learning-rate schedule, resumable per-epoch checkpoints
+(``<out>.epochN.pt`` next to the output stem), and the one training loop (`train_loop`).
+
+Every method trains through `train_loop`; what differs between methods is behind its seam, an
+`EpochBatches`: the batches of an epoch (whole samples for ctc, ctc-ce and eagle, `SampleBatches`; positions
+for medusa and hydra, ``heads.HeadBatches``) and the loss of one batch. The loop owns the rest: the AdamW
+optimiser and its steps, the warm-up-cosine schedule, autocast, the per-epoch checkpoints and resuming,
+the progress bar and the per-epoch history.
+"""
 
 from __future__ import annotations
 
 import math
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -15,6 +25,66 @@ from torch import nn
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
 from specbench.results import read_manifest
+
+TRAIN_DTYPES = ("float32", "bfloat16")
+
+
+def flag(field: str) -> str:
+    """The command-line flag of a config field (``train_vocab`` -> ``--train-vocab``), for messages."""
+    return "--" + field.replace("_", "-")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """The fields every method's training config shares, and their checks.
+
+    Each method's config (``HeadTrainConfig``, ``CTCTrainConfig``, ``EagleTrainConfig``) adds its own fields
+    and checks; its trainer calls `validate` first, and so can the command line, which then needs no checks
+    of its own. The recipe of a trained checkpoint records every field (``hyperparameters``)."""
+
+    method: str
+    cache: str  # the distillation cache (`specbench distill`)
+    out: str  # checkpoint stem: writes <out>.safetensors and <out>.json, and <out>.epochN.pt per epoch
+    epochs: int = 4
+    lr: float = 1e-3  # AdamW's peak learning rate
+    weight_decay: float = 0.0
+    warmup_steps: int = 50  # linear warm-up, then cosine decay to 0 (`warmup_cosine`)
+    seed: int = 0  # initialisation and data order
+    dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
+    train_vocab: int = 0  # > 0: score only the N most frequent tokens in training
+
+    def validate(self) -> None:
+        """Refuse settings training cannot use, with a one-line `SpecbenchError` naming the flag."""
+        at_least(self, 1, "epochs")
+        at_least(self, 0, "lr", "weight_decay", "warmup_steps")
+        if self.dtype not in TRAIN_DTYPES:
+            raise SpecbenchError(f"--dtype must be one of {', '.join(TRAIN_DTYPES)}, not {self.dtype!r}")
+        if not self.train_vocab >= 0:
+            raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
+
+
+@dataclass(kw_only=True)
+class SampleTrainConfig(TrainConfig):
+    """The fields of the methods that learn from whole samples (ctc, ctc-ce, eagle; `SampleBatches`)."""
+
+    samples_per_step: int = 4  # samples accumulated into each optimiser step
+    max_train_samples: int | None = None  # train on the first N samples of the cache's train split
+
+    def validate(self) -> None:
+        super().validate()
+        at_least(self, 1, "samples_per_step")
+        at_least(self, 1, "max_train_samples", optional=True)
+
+
+def at_least(config: TrainConfig, low: float, *fields: str, optional: bool = False) -> None:
+    """Refuse any of ``fields`` below ``low`` (or not a number: NaN fails too); None passes when ``optional``."""
+    for field in fields:
+        value = getattr(config, field)
+        if value is None and optional:
+            continue
+        if not (isinstance(value, (int, float)) and value >= low):
+            bound = "at least 1" if low == 1 else "0 or more" if low == 0 else f"at least {low}"
+            raise SpecbenchError(f"{flag(field)} must be {bound}, not {value!r}")
 
 
 def checked_manifest(cache: Path, target: TargetModel) -> dict:
@@ -25,9 +95,6 @@ def checked_manifest(cache: Path, target: TargetModel) -> dict:
     if manifest["target"]["sha256"] != target.handle.sha256:
         raise SpecbenchError(f"{cache} was distilled from {manifest['target']['name']}, not {target.name}")
     return manifest
-
-
-TRAIN_DTYPES = ("float32", "bfloat16")
 
 
 def training_vocabularies(cache: Path, target: TargetModel, train_vocab: int, ranking: torch.Tensor | None = None):
@@ -98,73 +165,136 @@ class EpochCheckpoints:
                     "scheduler": self.scheduler.state_dict(), "history": history, "seconds": seconds}, self.path(epoch))
 
 
-def train_on_samples(module: nn.Module, train: list, target: TargetModel, config,
-                     sample_loss: Callable[[object, torch.Generator], torch.Tensor | None] | None = None,
-                     progress: bool = True,
-                     batch_losses: Callable[[list, torch.Generator], torch.Tensor | None] | None = None) -> tuple[list, float]:
-    """The training loop of the drafters that learn from whole samples (ctc, ctc-ce, eagle).
+class StepLoss(NamedTuple):
+    """One part of an optimiser step's loss, as a method computes it for `train_loop`."""
 
-    Per epoch, the samples are shuffled (seeded by ``config.seed`` + epoch), and ``config.samples_per_step``
-    of them are accumulated into each AdamW step, under warm-up then cosine decay. Each epoch is
-    checkpointed (``<out>.epochN.pt``), and a rerun resumes after the newest one.
+    loss: torch.Tensor  # scalar, scaled so that the parts of a step add up to the step's loss; back-propagated
+    record: torch.Tensor  # [R] the numbers the epoch's history keeps of this part (per-sample or per-head losses)
 
-    ``sample_loss(sample, generator)`` is the method's loss on one sample, or None to skip the sample. The
-    generator is seeded per epoch, for the method's own random choices (anchor subsets, noise). A method
-    that can batch passes ``batch_losses(samples, generator)`` instead: the losses [B'] of the step's
-    samples that count (None: none does), from one forward; the step's gradient is the same. ``config``
-    needs method, out, epochs, lr, weight_decay, warmup_steps, samples_per_step, seed and dtype.
 
-    Returns (history, training seconds), the history holding one row per epoch.
+class EpochBatches(ABC):
+    """The seam between a training method and `train_loop`: what each epoch feeds the optimiser, and the
+    loss of one step's batch. Everything else (optimiser, schedule, autocast, checkpoints, resume,
+    progress) is the loop's, so every method trains the same way.
+
+    ``steps`` is the number of optimiser steps per epoch (it sizes the learning-rate schedule)."""
+
+    steps: int
+
+    @abstractmethod
+    def batches(self, epoch: int) -> Iterable[Any]:
+        """The batches of epoch ``epoch`` (0-based), one per optimiser step, in order. Seeded, and a
+        function of ``epoch`` alone, so a run resumed after epoch N sees what an uninterrupted one would."""
+
+    @abstractmethod
+    def losses(self, batch: Any) -> list[Callable[[], StepLoss | None]]:
+        """The parts of ``batch``'s loss. This call runs outside autocast (input preparation); each part runs
+        under the loop's autocast and is back-propagated before the next (a part per sample keeps one
+        sample's graph alive at a time) and gives None when it has nothing to learn from."""
+
+    @abstractmethod
+    def history(self, records: list[list[float]]) -> dict:
+        """The epoch's history row (besides its number) from each step's records (the parts' concatenated)."""
+
+
+def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, config: TrainConfig,
+               progress: bool = True) -> tuple[list, float]:
+    """Train ``module``'s parameters that require grad on ``data``: the one training loop of every method.
+
+    Per epoch, each of ``data``'s batches is one AdamW step (``config.lr``, ``config.weight_decay``) on the
+    sum of its loss parts, computed under ``config.dtype``'s autocast, with linear warm-up over
+    ``config.warmup_steps`` then cosine decay to 0 at the last step. Each epoch is checkpointed
+    (``<config.out>.epochN.pt``: weights, optimiser, schedule, history, seconds) and a rerun resumes after
+    the newest one, with the same weights at the end as an uninterrupted run.
+
+    Returns (history, training seconds): one history row per epoch, ``{"epoch": N}`` and ``data.history``'s.
     """
-    import random
-
     from tqdm import tqdm
 
-    optimizer = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(len(train) / config.samples_per_step)
-    scheduler = warmup_cosine(optimizer, config.warmup_steps, steps_per_epoch * config.epochs)
+    optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=config.lr,
+                                  weight_decay=config.weight_decay)
+    scheduler = warmup_cosine(optimizer, config.warmup_steps, data.steps * config.epochs)
     checkpoints = EpochCheckpoints(Path(config.out), module, optimizer, scheduler)
     first_epoch, history, seconds = checkpoints.resume(config.epochs)
     for epoch in range(first_epoch, config.epochs):
         began = time.perf_counter()
         module.train()
-        order = list(range(len(train)))
-        random.Random(config.seed + epoch).shuffle(order)
-        generator = torch.Generator().manual_seed(config.seed + epoch)  # reproducible per epoch
-        losses = []
-        bar = tqdm(range(steps_per_epoch), desc=f"{config.method} epoch {epoch + 1}/{config.epochs}", disable=not progress)
-        for step in bar:
+        records: list[list[float]] = []
+        bar = tqdm(data.batches(epoch), total=data.steps, desc=f"{config.method} epoch {epoch + 1}/{config.epochs}",
+                   disable=not progress)
+        for batch in bar:
             optimizer.zero_grad(set_to_none=True)
-            batch = [train[i] for i in order[step * config.samples_per_step : (step + 1) * config.samples_per_step]]
-            step_losses = []
-            if batch_losses is not None:
+            step: list[float] = []
+            for part in data.losses(batch):
                 with autocast(target.device, config.dtype):
-                    per_sample = batch_losses(batch, generator)  # [B'] or None
-                if per_sample is not None:
-                    (per_sample.sum() / len(batch)).backward()
-                    step_losses = per_sample.detach().float().tolist()  # one host sync per step
-            else:
-                for sample in batch:
-                    with autocast(target.device, config.dtype):
-                        loss = sample_loss(sample, generator)
-                    if loss is not None:
-                        (loss / len(batch)).backward()
-                        step_losses.append(loss.item())
+                    out = part()
+                if out is not None:
+                    out.loss.backward()
+                    step += out.record.detach().float().tolist()  # one host sync per part
             optimizer.step()
             scheduler.step()
-            if step_losses:
-                losses.append(sum(step_losses) / len(step_losses))
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            records.append(step)
+            if step:
+                bar.set_postfix(loss=f"{sum(step) / len(step):.3f}")
         seconds += time.perf_counter() - began
-        tenth = max(1, len(losses) // 10)
-        history.append({"epoch": epoch + 1, "train_loss": sum(losses) / max(1, len(losses)),
-                        "first_tenth_loss": sum(losses[:tenth]) / tenth, "last_tenth_loss": sum(losses[-tenth:]) / tenth})
+        history.append({"epoch": epoch + 1} | data.history(records))
         checkpoints.save(epoch + 1, history, seconds)
     return history, seconds
 
 
-def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: TargetModel, config, manifest: dict,
-                  data: dict, metrics: dict, history: list, seconds: float, **hyperparameters) -> dict:
+class SampleBatches(EpochBatches):
+    """Batches of whole samples, for the methods that learn from a sample at a time (ctc, ctc-ce, eagle).
+
+    Per epoch the samples are shuffled (``random.Random(seed + epoch)``) and ``per_step`` of them make one
+    step. ``sample_loss(sample, generator)`` is the method's loss on one sample (None: skip it), one part
+    per sample; a method that can batch passes ``batch_losses(samples, generator)`` instead: the losses
+    [B'] of the step's samples that count (None: none does), from one forward, one part per step; the
+    step's gradient is the same. The generator is seeded per epoch (``seed + epoch``), for the method's own
+    random choices (anchor subsets, noise). The history row: the epoch's mean step loss (a step's loss is
+    the mean over its samples that count) and the means over its first and last tenth of steps."""
+
+    def __init__(self, samples: list, per_step: int, seed: int,
+                 sample_loss: Callable[[Any, torch.Generator], torch.Tensor | None] | None = None,
+                 batch_losses: Callable[[list, torch.Generator], torch.Tensor | None] | None = None) -> None:
+        if (sample_loss is None) == (batch_losses is None):
+            raise ValueError("give one of sample_loss and batch_losses")
+        self.samples, self.per_step, self.seed = samples, per_step, seed
+        self.sample_loss, self.batch_losses = sample_loss, batch_losses
+        self.steps = math.ceil(len(samples) / per_step)
+
+    def batches(self, epoch: int) -> Iterable[tuple[list, torch.Generator]]:
+        import random
+
+        order = list(range(len(self.samples)))
+        random.Random(self.seed + epoch).shuffle(order)
+        generator = torch.Generator().manual_seed(self.seed + epoch)  # reproducible per epoch
+        for step in range(self.steps):
+            yield [self.samples[i] for i in order[step * self.per_step : (step + 1) * self.per_step]], generator
+
+    def losses(self, batch: tuple[list, torch.Generator]) -> list[Callable[[], StepLoss | None]]:
+        group, generator = batch
+        if self.batch_losses is not None:
+            def packed() -> StepLoss | None:
+                per_sample = self.batch_losses(group, generator)  # [B'] or None
+                return None if per_sample is None else StepLoss(per_sample.sum() / len(group), per_sample)
+
+            return [packed]
+
+        def one(sample) -> StepLoss | None:
+            loss = self.sample_loss(sample, generator)  # scalar or None
+            return None if loss is None else StepLoss(loss / len(group), loss.reshape(1))
+
+        return [lambda sample=sample: one(sample) for sample in group]
+
+    def history(self, records: list[list[float]]) -> dict:
+        losses = [sum(step) / len(step) for step in records if step]
+        tenth = max(1, len(losses) // 10)
+        return {"train_loss": sum(losses) / max(1, len(losses)), "first_tenth_loss": sum(losses[:tenth]) / tenth,
+                "last_tenth_loss": sum(losses[-tenth:]) / tenth}
+
+
+def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: TargetModel, config: TrainConfig,
+                  manifest: dict, data: dict, metrics: dict, history: list, seconds: float, **hyperparameters) -> dict:
     """Write a trained drafter's checkpoint (weights + the token ranking) and its recipe; returns the recipe.
 
     The recipe records the target, the cache (its prompts and distillation settings, plus ``data``: what
@@ -191,7 +321,7 @@ def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: 
     return recipe
 
 
-def sample_training_data(config, target: TargetModel, ranking: torch.Tensor | None = None
+def sample_training_data(config: SampleTrainConfig, target: TargetModel, ranking: torch.Tensor | None = None
                          ) -> tuple[dict, torch.Tensor, object, object, list, list]:
     """What a sample-level trainer (ctc, ctc-ce, eagle) starts from: the checked cache manifest, the token
     ranking (``ranking``, a loaded checkpoint's, or the cache's counts), the train and evaluation vocabularies

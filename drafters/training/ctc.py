@@ -11,10 +11,10 @@ next tokens x_{s+2} .. x_{s+1+N}:
   x_{s+2+j} (all T slots, so the ablation drafts as deep as it can).
 
 All anchors of a sample go through one forward (a mask keeps each anchor's slots to its own context).
-AdamW, warm-up then cosine; one checkpoint per epoch (resumable). The recipe records held-out loss and
-an offline acceptance estimate per tree budget: the CTC transform's tree at each held-out position, walked
-along the target's true continuation (what greedy verification would accept), averaged over anchors and
-over the steps of a decode walk (`evaluate`).
+Trained on the loop every method shares (`common.train_loop`, with `common.SampleBatches`). The recipe
+records held-out loss and an offline acceptance estimate per tree budget: the CTC transform's tree at each
+held-out position, walked along the target's true continuation (what greedy verification would accept),
+averaged over anchors and over the steps of a decode walk (`evaluate`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from torch import nn
 
 from specbench.checkpoint import checkpoint_files
 from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
-from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
 from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, candidate_tree, prefix_beam_search, search_beam,
                                               slot_candidates)
-from specbench.drafters.training.common import (autocast, checked_manifest, sample_training_data, train_on_samples,
-                                                write_trained)
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
+from specbench.drafters.training.common import (SampleBatches, SampleTrainConfig, at_least, autocast, checked_manifest,
+                                                sample_training_data, train_loop, write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.metrics import decode_walk
@@ -45,24 +45,14 @@ IGNORE = -100
 METHODS = ("ctc", "ctc-ce")
 
 
-@dataclass
-class CTCTrainConfig:
-    method: str  # "ctc" or "ctc-ce"
-    cache: str
-    out: str  # checkpoint stem
-    num_slots: int = 4  # T (chosen by benchmarks/ctc_slots.py, see docs/ctc.md)
+@dataclass(kw_only=True)
+class CTCTrainConfig(SampleTrainConfig):
+    """How to train a ctc or ctc-ce drafter (``method``): `SampleTrainConfig`'s fields and the module's own."""
+
+    num_slots: int = 4  # T (see docs/ctc.md)
     num_labels: int = 2  # N (ctc); anchors need N known tokens after the root
     slot_blocks: bool = True  # each slot's own output block
-    epochs: int = 4
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    samples_per_step: int = 4
-    anchors_per_sample: int | None = 32  # train on a random subset of each sample's anchors (None: all)
-    warmup_steps: int = 50
-    max_train_samples: int | None = None
-    seed: int = 0
-    dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
-    train_vocab: int = 0  # > 0: slots score only the N most frequent tokens (+ blank) in training
+    anchors_per_sample: int | None = 32  # train on a random subset of each sample's anchors (None or 0: all)
     # one forward per step over the step's samples packed end to end (same losses and gradients). None:
     # on an accelerator only; on a CPU the packed attention's larger masked matrix made a step 1.8x slower
     packed: bool | None = None
@@ -72,6 +62,21 @@ class CTCTrainConfig:
     beam: int | None = None
     min_prob: float = 1e-3
     eval_budgets: list[int] = field(default_factory=lambda: [4, 8, 16, 32])
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise SpecbenchError(f"unknown CTC method {self.method!r}; choose {', '.join(METHODS)}")
+        super().validate()
+        at_least(self, 1, "num_slots", "num_labels", "top_k")
+        at_least(self, 1, "beam", optional=True)
+        if self.anchors_per_sample is not None and not self.anchors_per_sample >= 0:
+            raise SpecbenchError(f"--anchors-per-sample must be 0 (all) or more, not {self.anchors_per_sample!r}")
+        if self.method == "ctc" and self.num_labels >= self.num_slots:
+            raise SpecbenchError(f"--num-labels ({self.num_labels}) must be below --num-slots ({self.num_slots}) for CTC")
+        if not 0 <= self.min_prob < 1:
+            raise SpecbenchError(f"--min-prob must be in [0, 1), not {self.min_prob!r}")
+        if not self.eval_budgets or not all(isinstance(b, int) and b >= 1 for b in self.eval_budgets):
+            raise SpecbenchError(f"--eval-budgets must be tree budgets of at least 1, not {self.eval_budgets!r}")
 
 
 def anchors_of(sample: Sample, horizon: int) -> torch.Tensor:
@@ -248,11 +253,9 @@ def evaluate(module: AttentionDraftModule, target: TargetModel, samples: list[Sa
 
 
 def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True) -> dict:
-    """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
-    if config.method not in METHODS:
-        raise SpecbenchError(f"unknown CTC method {config.method!r}; choose {', '.join(METHODS)}")
-    if config.method == "ctc" and config.num_labels >= config.num_slots:
-        raise SpecbenchError(f"--num-labels ({config.num_labels}) must be below --num-slots ({config.num_slots}) for CTC")
+    """Train on `train_loop` (each epoch checkpointed, a rerun resumes after the newest), score the held-out
+    split, write the checkpoint and its recipe."""
+    config.validate()
     if config.packed is None:  # resolved here, so the recipe records which path ran
         config.packed = target.device.type != "cpu"
     loaded, provenance = initial_state(Path(config.init_from), config, target) if config.init_from else ({}, None)
@@ -262,14 +265,15 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
     if loaded:
         module.load_state_dict(loaded)
     module = module.to(target.device)
-    keep = config.anchors_per_sample
+    keep = config.anchors_per_sample or None
     if config.packed:  # the step's samples in one forward
         losses = {"batch_losses": lambda batch, picks: packed_losses(module, target, batch, config.num_labels, keep,
                                                                      picks, vocab)}
     else:  # a forward (and backward) per sample
         losses = {"sample_loss": lambda sample, picks: sample_loss(module, target, sample, config.num_labels, keep,
                                                                    picks, vocab)}
-    history, seconds = train_on_samples(module, train, target, config, progress=progress, **losses)
+    data = SampleBatches(train, config.samples_per_step, config.seed, **losses)
+    history, seconds = train_loop(module, data, target, config, progress)
     with autocast(target.device, config.dtype):  # scored over the vocabulary inference drafts over by default
         metrics = evaluate(module, target, heldout, config, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size

@@ -10,9 +10,9 @@ The first is averaged over the hidden size. The second is the soft cross-entropy
 own next-token distribution. EAGLE weights them 1 and 0.1. Both use the target's frozen ``lm_head``, cut
 to the training vocabulary when ``train_vocab`` is set.
 
-The loop is the one ctc shares (`common.train_on_samples`). The recipe's held-out metrics are the
-losses and the teacher-forced depth-1 top-1/top-5 accuracy (the predicted feature's best tokens against
-x_{t+2}). `specbench replay` gives acceptance by tree budget.
+The loop is the one every method shares (`common.train_loop`, with `common.SampleBatches`). The recipe's
+held-out metrics are the losses and the teacher-forced depth-1 top-1/top-5 accuracy (the predicted
+feature's best tokens against x_{t+2}). `specbench replay` gives acceptance by tree budget.
 """
 
 from __future__ import annotations
@@ -25,30 +25,33 @@ from torch import nn
 
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.eagle import EagleModule
-from specbench.drafters.training.common import autocast, sample_training_data, train_on_samples, write_trained
+from specbench.drafters.training.common import (SampleBatches, SampleTrainConfig, at_least, autocast,
+                                                sample_training_data, train_loop, write_trained)
 from specbench.drafters.training.distill import Sample
+from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
 
 
-@dataclass
-class EagleTrainConfig:
-    cache: str
-    out: str  # checkpoint stem
+@dataclass(kw_only=True)
+class EagleTrainConfig(SampleTrainConfig):
+    """How to train an eagle drafter: `SampleTrainConfig`'s fields and the draft layer's own."""
+
     method: str = "eagle"
-    epochs: int = 4
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    samples_per_step: int = 4
-    warmup_steps: int = 50
-    max_train_samples: int | None = None
-    seed: int = 0
-    dtype: str = "float32"
-    train_vocab: int = 0  # > 0: score only the N most frequent tokens in training
     feature_weight: float = 1.0
     token_weight: float = 0.1
     noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (EAGLE's paper: 0.1)
     inner: int | None = None  # the layer's MLP width (default 2H)
     unroll: int = 1  # chain levels trained per anchor (> 1: EAGLE-3's training-time test, own features fed back)
+
+    def validate(self) -> None:
+        if self.method != "eagle":
+            raise SpecbenchError(f"EagleTrainConfig trains eagle, not {self.method!r}")
+        super().validate()
+        at_least(self, 1, "unroll")
+        at_least(self, 1, "inner", optional=True)
+        at_least(self, 0, "feature_weight", "token_weight")
+        if not self.noise >= 0:
+            raise SpecbenchError(f"--noise must be 0 (none) or positive, not {self.noise!r}")
 
 
 def response_rows(sample: Sample) -> tuple[int, int]:
@@ -146,7 +149,9 @@ def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sampl
 
 
 def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:
-    """Train, checkpoint each epoch (resume from the newest), write the checkpoint and its recipe."""
+    """Train on `train_loop` (each epoch checkpointed, a rerun resumes after the newest), score the held-out
+    split, write the checkpoint and its recipe."""
+    config.validate()
     manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
     heads = target.config.num_attention_heads
     module = EagleModule(target.config.hidden_size, heads, config.inner).to(target.device)
@@ -155,7 +160,8 @@ def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = 
         out = losses(module, target, sample, vocab, config.noise, generator, config.unroll)
         return None if out is None else config.feature_weight * out[0] + config.token_weight * out[1]
 
-    history, seconds = train_on_samples(module, train, target, config, sample_loss, progress)
+    history, seconds = train_loop(module, SampleBatches(train, config.samples_per_step, config.seed, sample_loss),
+                                  target, config, progress)
     with autocast(target.device, config.dtype):
         metrics = evaluate(module, target, heldout, eval_vocab) | chain_accuracy(module, target, heldout, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size

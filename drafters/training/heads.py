@@ -4,15 +4,16 @@ Every response position t of a distilled sample gives one example: the target's 
 produced token x_{t+1}, the root) and the window x_{t+1} .. x_{t+1+K}. Head k is trained with
 cross-entropy against x_{t+1+k}, the target's own token k places after the root (Medusa); Hydra's heads
 also see the embeddings of x_{t+1} .. x_{t+k} (teacher forcing). Logits come from the target's frozen
-``lm_head``. AdamW, linear warm-up then cosine decay; one checkpoint per epoch (resumable); held-out
-per-head top-k accuracy decides the static tree at inference.
+``lm_head``. The heads train on the loop every method shares (`common.train_loop`; `HeadBatches` is
+their side of it: batches of positions and their loss); held-out per-head top-k accuracy decides the
+static tree at inference.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +24,9 @@ from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import DEFAULT_MAX_RANK, HeadDrafter, MedusaHeads
 from specbench.drafters.static_tree import StaticTree, decode_walk_tau
-from specbench.drafters.training.common import (EpochCheckpoints, autocast, checked_manifest, freeze,
-                                                training_vocabularies, warmup_cosine, write_trained)
+from specbench.drafters.training.common import (EpochBatches, StepLoss, TrainConfig, at_least, autocast,
+                                                checked_manifest, freeze, train_loop, training_vocabularies,
+                                                write_trained)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel
@@ -33,31 +35,43 @@ IGNORE = -100
 MODULES = {"medusa": MedusaHeads, "hydra": HydraHeads}
 
 
-@dataclass
-class HeadTrainConfig:
-    method: str
-    cache: str
-    out: str  # checkpoint stem (writes <out>.safetensors and <out>.json)
+LOSSES = ("greedy", "teacher")
+
+
+@dataclass(kw_only=True)
+class HeadTrainConfig(TrainConfig):
+    """How to train medusa or hydra heads (``method``): `TrainConfig`'s fields and the heads' own."""
+
+    epochs: int = 2
     num_heads: int = 4
     num_layers: int = 1
-    epochs: int = 2
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    batch_size: int = 256
-    warmup_steps: int = 50
+    batch_size: int = 256  # response positions per optimiser step
     head_decay: float = 0.8  # loss weight of head k is head_decay ** (k - 1), as in Medusa
     max_rank: int = 10
     max_train_positions: int | None = None
-    seed: int = 0
     loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++),
     # over the train vocabulary when there is one (renormalised there)
     prefix_heads: int = 0  # hydra: > 0 adds Hydra++'s prefix attention layer with that many attention heads
-    train_vocab: int = 0  # > 0: score only the N most frequent tokens in training (labels outside are ignored)
-    dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
     init_from: str | None = None  # a trained checkpoint of this method whose heads (and prefix layer) start this one
     freeze_loaded: bool = False  # with init_from: train only the heads the checkpoint lacks (extend a drafter)
     own_lm_heads: bool = False  # each head its own output projection over the train vocabulary, initialised
     # from the target's lm_head rows (Medusa-1's and Hydra's released layout), instead of the shared frozen one
+
+    def validate(self) -> None:
+        if self.method not in MODULES:
+            raise SpecbenchError(f"unknown head method {self.method!r}; choose {', '.join(MODULES)}")
+        super().validate()
+        at_least(self, 1, "num_heads", "num_layers", "batch_size", "max_rank")
+        at_least(self, 1, "max_train_positions", optional=True)
+        at_least(self, 0, "prefix_heads")
+        if not self.head_decay > 0:
+            raise SpecbenchError(f"--head-decay must be positive, not {self.head_decay!r}")
+        if self.loss not in LOSSES:
+            raise SpecbenchError(f"--loss must be {' or '.join(LOSSES)}, not {self.loss!r}")
+        if self.prefix_heads and self.method != "hydra":
+            raise SpecbenchError("prefix attention (--prefix-heads) is a hydra option")
+        if self.freeze_loaded and not self.init_from:
+            raise SpecbenchError("--freeze-loaded needs --init-from (the checkpoint whose heads stay fixed)")
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -237,18 +251,57 @@ class SequenceBatches:
             yield lambda module, group=group: self.inputs(module, group)
 
 
-def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = True) -> dict:
-    """Train, checkpoint each epoch to ``<out>.epoch<N>`` (resume from the newest), write the final recipe."""
-    from tqdm import tqdm
+class HeadBatches(EpochBatches):
+    """medusa's and hydra's side of `train_loop`: batches of response positions from ``source``
+    (`PositionBatches`, or `SequenceBatches` behind a prefix attention layer); a step's loss is the trained
+    heads' losses (``config.loss``: greedy cross-entropy or the teacher's) weighted by ``head_decay ** k``.
 
-    if config.method not in MODULES:
-        raise SpecbenchError(f"unknown head method {config.method!r}; choose {', '.join(MODULES)}")
-    if config.loss not in ("greedy", "teacher"):
-        raise SpecbenchError(f"unknown loss {config.loss!r}; choose greedy or teacher")
-    if config.prefix_heads and config.method != "hydra":
-        raise SpecbenchError("prefix attention (--prefix-heads) is a hydra option")
-    if config.freeze_loaded and not config.init_from:
-        raise SpecbenchError("--freeze-loaded needs --init-from (the checkpoint whose heads stay fixed)")
+    The shuffles come from one generator seeded with ``config.seed``, epoch after epoch: epoch N's order is
+    the (N+1)th drawn from it (a resumed run draws the ones before again). The history row: the mean loss of
+    each trained head over the epoch's steps, and the per-head losses of its first and last steps."""
+
+    def __init__(self, source: PositionBatches | SequenceBatches, module: nn.Module, target: TargetModel,
+                 config: HeadTrainConfig, vocab: DraftVocab | None, trained: list[int]) -> None:
+        self.source, self.module, self.target, self.vocab, self.trained = source, module, target, vocab, trained
+        self.loss, self.lookahead, self.seed = config.loss, config.num_heads, config.seed
+        self.steps = source.steps
+        self.weights = torch.tensor([config.head_decay**k for k in trained], device=target.device)  # [K']
+
+    def batches(self, epoch: int) -> Iterable[Callable[[nn.Module], tuple[torch.Tensor, ...]]]:
+        generator = torch.Generator().manual_seed(self.seed)
+        for _ in range(epoch):
+            list(self.source.epoch(generator))  # the shuffles of the epochs before
+        return self.source.epoch(generator)
+
+    def losses(self, make_inputs: Callable[[nn.Module], tuple[torch.Tensor, ...]]) -> list[Callable[[], StepLoss]]:
+        # outside autocast: a prefix layer's forward (which the gradient flows into) stays float32
+        h, w, raw, index = make_inputs(self.module)  # h [B, H], w [B, K + 1], raw [N, H], index [B]
+        h, w = h.to(self.target.device, module_dtype(self.module)), w.to(self.target.device)
+        return [lambda: self.step_loss(h, w, raw, index)]
+
+    def step_loss(self, h: torch.Tensor, w: torch.Tensor, raw: torch.Tensor, index: torch.Tensor) -> StepLoss:
+        """The weighted loss of the trained heads on positions h [B, H] with windows w [B, K + 1]; raw [N, H]
+        and index [B] locate the target's own hidden states for the teacher loss."""
+        labels = w[:, 1 : self.lookahead + 1].T[self.trained]  # [K', B] target token ids of the trained heads
+        # [K', B, V'] (V' = V without a train vocabulary)
+        logits = head_logits(self.module, self.target, h, w, self.vocab, self.trained)
+        if self.loss == "teacher":
+            per_head = teacher_loss(logits, labels, raw, index, self.target, self.trained, self.vocab)  # [K']
+        else:
+            classes = self.vocab.label_indices(labels, IGNORE) if self.vocab is not None else labels  # [K', B]
+            per_head = torch.stack([nn.functional.cross_entropy(logits[row].float(), classes[row], ignore_index=IGNORE)
+                                    for row in range(len(self.trained))])  # [K']
+        return StepLoss((self.weights * per_head).sum(), per_head)
+
+    def history(self, records: list[list[float]]) -> dict:
+        return {"train_loss_per_head": torch.tensor(records).mean(0).tolist(),  # records [steps, K']
+                "first_batch_loss": records[0], "last_batch_loss": records[-1]}
+
+
+def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = True) -> dict:
+    """Train medusa or hydra heads on `train_loop` (each epoch checkpointed to ``<out>.epoch<N>.pt``, a rerun
+    resumes after the newest), score them on the held-out split, write the checkpoint and its recipe."""
+    config.validate()
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
@@ -265,64 +318,24 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
         initialise_own_heads(module, eval_vocab)
     start = warm_start(module, loaded, config) if loaded else None
     trained = start.trained_heads if start else list(range(config.num_heads))  # heads whose loss is optimised
-    precision = autocast(target.device, config.dtype)
     if config.prefix_heads:
         samples = [s for s in iter_samples(Path(config.cache), "train") if response_positions(s)[1] > response_positions(s)[0]]
-        batches = SequenceBatches(samples, config.num_heads, config.batch_size)
+        source = SequenceBatches(samples, config.num_heads, config.batch_size)
     else:
         hidden, windows = position_dataset(Path(config.cache), "train", config.num_heads, config.max_train_positions)
-        batches = PositionBatches(hidden, windows, config.batch_size)
-    optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=config.lr,
-                                  weight_decay=config.weight_decay)
-    scheduler = warmup_cosine(optimizer, config.warmup_steps, batches.steps * config.epochs)
-    weights = torch.tensor([config.head_decay**k for k in trained], device=target.device)
-    stem = Path(config.out)
-    checkpoints = EpochCheckpoints(stem, module, optimizer, scheduler)
-    first_epoch, history, seconds = checkpoints.resume(config.epochs)
-    generator = torch.Generator().manual_seed(config.seed)
-    for _ in range(first_epoch):
-        list(batches.epoch(generator))  # keep the shuffles of a resumed run identical
-    for epoch in range(first_epoch, config.epochs):
-        began = time.perf_counter()
-        module.train()
-        losses = []
-        bar = tqdm(batches.epoch(generator), total=batches.steps, desc=f"{config.method} epoch {epoch + 1}/{config.epochs}",
-                   disable=not progress)
-        for make_inputs in bar:
-            h, w, raw, index = make_inputs(module)  # h [B, H] (grad flows into a prefix layer), w [B, K + 1]
-            h, w = h.to(target.device, module_dtype(module)), w.to(target.device)
-            labels = w[:, 1 : config.num_heads + 1].T[trained]  # [K', B] target token ids of the trained heads
-            with precision:
-                logits = head_logits(module, target, h, w, vocab, trained)  # [K', B, V'] (V' = V without a train vocabulary)
-                if config.loss == "teacher":
-                    per_head = teacher_loss(logits, labels, raw, index, target, trained, vocab)
-                else:
-                    classes = vocab.label_indices(labels, IGNORE) if vocab is not None else labels  # [K', B]
-                    per_head = torch.stack([
-                        nn.functional.cross_entropy(logits[row].float(), classes[row], ignore_index=IGNORE)
-                        for row in range(len(trained))
-                    ])
-            loss = (weights * per_head).sum()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            losses.append(per_head.detach().cpu())
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        seconds += time.perf_counter() - began
-        mean = torch.stack(losses).mean(0).tolist()
-        history.append({"epoch": epoch + 1, "train_loss_per_head": mean, "first_batch_loss": losses[0].tolist(),
-                        "last_batch_loss": losses[-1].tolist()})
-        checkpoints.save(epoch + 1, history, seconds)
+        source = PositionBatches(hidden, windows, config.batch_size)
+    history, seconds = train_loop(module, HeadBatches(source, module, target, config, vocab, trained), target, config,
+                                  progress)
     held_hidden, held_windows = heldout_inputs(module, Path(config.cache), config.num_heads)
-    with precision:  # scored over the vocabulary inference drafts over by default (see draft_vocab.py)
+    # scored over the vocabulary inference drafts over by default (see draft_vocab.py)
+    with autocast(target.device, config.dtype):
         metrics = evaluate(module, target, held_hidden, held_windows, config.max_rank, config.batch_size, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
     extra = {"initialised_from": start.provenance, "trained_heads": trained} if start else {}
     if config.own_lm_heads:
         extra["own_vocab"] = eval_vocab.size  # the drafter builds its module from this (HeadDrafter.module_options)
-    return write_trained(stem, module, ranking, target, config, manifest,
-                         {"train_positions": batches.positions, "heldout_positions": len(held_hidden)},
+    return write_trained(Path(config.out), module, ranking, target, config, manifest,
+                         {"train_positions": source.positions, "heldout_positions": len(held_hidden)},
                          metrics, history, seconds, **extra)
 
 

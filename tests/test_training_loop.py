@@ -1,0 +1,208 @@
+"""The one training loop and the training configs' checks.
+
+Every method (medusa, hydra, ctc, ctc-ce, eagle) trains through `common.train_loop`: it is the only place an
+optimiser step happens, and what differs between methods is behind its `EpochBatches` seam. A run resumed
+after an epoch ends with the weights of an uninterrupted one. Each config's `validate` refuses a bad value
+with one line naming its flag, before any data is read."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from conftest import distil_random_prompts
+from specbench.checkpoint import checkpoint_files
+from specbench.drafters.training import common, config_class, config_classes, ctc, eagle, heads, refuse_others_options
+from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
+from specbench.drafters.training.eagle import EagleTrainConfig, train_eagle
+from specbench.drafters.training.heads import HeadTrainConfig, train_heads
+from specbench.errors import SpecbenchError
+
+
+@pytest.fixture(scope="module")
+def cache(llama_target, tmp_path_factory):
+    return distil_random_prompts(llama_target, tmp_path_factory.mktemp("distill"), seed=0)
+
+
+def run(method: str, cache, out, epochs: int = 2, **options):
+    """Train ``method`` briefly on ``cache`` into ``out``; returns (trainer, config)."""
+    if method in ("medusa", "hydra"):
+        config = HeadTrainConfig(method=method, cache=str(cache), out=str(out), num_heads=2, epochs=epochs, lr=3e-3,
+                                 batch_size=64, warmup_steps=2, max_rank=3, **options)
+        return train_heads, config
+    if method == "eagle":
+        return train_eagle, EagleTrainConfig(cache=str(cache), out=str(out), epochs=epochs, lr=3e-3, samples_per_step=3,
+                                             warmup_steps=2, **options)
+    return train_ctc, CTCTrainConfig(method=method, cache=str(cache), out=str(out), epochs=epochs, lr=3e-3,
+                                     samples_per_step=3, warmup_steps=2, eval_budgets=[4], **options)
+
+
+METHODS = [("medusa", {}, heads.HeadBatches), ("hydra", {"loss": "teacher"}, heads.HeadBatches),
+           ("hydra", {"prefix_heads": 2}, heads.HeadBatches), ("ctc", {"packed": False}, common.SampleBatches),
+           ("ctc", {"packed": True}, common.SampleBatches), ("ctc-ce", {}, common.SampleBatches),
+           ("eagle", {}, common.SampleBatches)]
+
+
+@pytest.mark.parametrize("method, options, seam", METHODS)
+def test_every_method_steps_its_optimiser_only_inside_the_one_loop(method, options, seam, llama_target, cache,
+                                                                   tmp_path, monkeypatch):
+    """Wrap `train_loop` wherever a trainer can reach it and watch every optimiser step: each one happens
+    inside the loop, one per batch of the method's seam, for every epoch."""
+    real, inside, calls, steps = common.train_loop, [False], [], []
+
+    def spy(module, data, target, config, progress=True):
+        inside[0] = True
+        try:
+            return real(module, data, target, config, progress)
+        finally:
+            inside[0] = False
+            calls.append((config.method, data))
+
+    for module in (common, heads, ctc, eagle):
+        monkeypatch.setattr(module, "train_loop", spy)
+    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: steps.append(inside[0]))
+    try:
+        train, config = run(method, cache, tmp_path / method, **options)
+        train(config, llama_target, progress=False)
+    finally:
+        handle.remove()
+    assert [(m, type(data)) for m, data in calls] == [(method, seam)]
+    data = calls[0][1]
+    assert data.steps > 1 and steps == [True] * (data.steps * config.epochs)
+
+
+@pytest.mark.parametrize("method, options", [("medusa", {}), ("hydra", {"prefix_heads": 2}), ("ctc", {}),
+                                             ("eagle", {"unroll": 2})])
+def test_a_run_resumed_after_an_epoch_ends_with_the_uninterrupted_weights(method, options, llama_target, cache,
+                                                                           tmp_path):
+    """The data order and the methods' own random draws depend on the epoch alone, and the optimiser and
+    schedule are checkpointed: resuming after epoch 1 of 3 gives the same weights, bit for bit."""
+    train, config = run(method, cache, tmp_path / method, epochs=3, **options)
+    recipe = train(config, llama_target, progress=False)
+    weights = checkpoint_files(tmp_path / method)[0]
+    shutil.copy(weights, tmp_path / "uninterrupted.safetensors")
+    for epoch in (2, 3):
+        (tmp_path / f"{method}.epoch{epoch}.pt").unlink()
+    resumed = train(config, llama_target, progress=False)
+    first, again = load_file(tmp_path / "uninterrupted.safetensors"), load_file(weights)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert resumed["history"] == recipe["history"] and len(recipe["history"]) == 3
+
+
+def test_the_history_rows_keep_each_methods_keys(llama_target, cache, tmp_path):
+    """Recipes written before the loop was shared read the same: per-head losses for the heads, per-step
+    means for the sample-level methods."""
+    train, config = run("hydra", cache, tmp_path / "h", epochs=1)
+    row = train(config, llama_target, progress=False)["history"][0]
+    assert set(row) == {"epoch", "train_loss_per_head", "first_batch_loss", "last_batch_loss"}
+    assert len(row["train_loss_per_head"]) == len(row["first_batch_loss"]) == 2
+    train, config = run("eagle", cache, tmp_path / "e", epochs=1)
+    row = train(config, llama_target, progress=False)["history"][0]
+    assert set(row) == {"epoch", "train_loss", "first_tenth_loss", "last_tenth_loss"}
+    assert all(math.isfinite(v) for v in row.values())
+
+
+BASE = {"cache": "c", "out": "o"}
+BAD = [
+    (HeadTrainConfig, {"method": "medusa", "epochs": 0}, "--epochs must be at least 1, not 0"),
+    (HeadTrainConfig, {"method": "medusa", "lr": -1e-3}, "--lr must be 0 or more, not -0.001"),
+    (HeadTrainConfig, {"method": "medusa", "lr": float("nan")}, "--lr must be 0 or more, not nan"),
+    (HeadTrainConfig, {"method": "medusa", "weight_decay": -1.0}, "--weight-decay must be 0 or more"),
+    (HeadTrainConfig, {"method": "medusa", "warmup_steps": -1}, "--warmup-steps must be 0 or more"),
+    (HeadTrainConfig, {"method": "medusa", "dtype": "float16"}, "--dtype must be one of float32, bfloat16, not 'float16'"),
+    (HeadTrainConfig, {"method": "medusa", "train_vocab": -1}, "--train-vocab must be 0 (all tokens) or a token count"),
+    (HeadTrainConfig, {"method": "eagle"}, "unknown head method 'eagle'; choose medusa, hydra"),
+    (HeadTrainConfig, {"method": "medusa", "num_heads": 0}, "--num-heads must be at least 1, not 0"),
+    (HeadTrainConfig, {"method": "hydra", "num_layers": 0}, "--num-layers must be at least 1, not 0"),
+    (HeadTrainConfig, {"method": "medusa", "batch_size": 0}, "--batch-size must be at least 1, not 0"),
+    (HeadTrainConfig, {"method": "medusa", "max_rank": 0}, "--max-rank must be at least 1, not 0"),
+    (HeadTrainConfig, {"method": "medusa", "max_train_positions": 0}, "--max-train-positions must be at least 1"),
+    (HeadTrainConfig, {"method": "hydra", "prefix_heads": -1}, "--prefix-heads must be 0 or more, not -1"),
+    (HeadTrainConfig, {"method": "medusa", "head_decay": 0.0}, "--head-decay must be positive, not 0.0"),
+    (HeadTrainConfig, {"method": "hydra", "loss": "soft"}, "--loss must be greedy or teacher, not 'soft'"),
+    (HeadTrainConfig, {"method": "medusa", "prefix_heads": 2}, "prefix attention (--prefix-heads) is a hydra option"),
+    (HeadTrainConfig, {"method": "hydra", "freeze_loaded": True}, "--freeze-loaded needs --init-from"),
+    (CTCTrainConfig, {"method": "medusa"}, "unknown CTC method 'medusa'; choose ctc, ctc-ce"),
+    (CTCTrainConfig, {"method": "ctc", "epochs": -2}, "--epochs must be at least 1, not -2"),
+    (CTCTrainConfig, {"method": "ctc", "num_slots": 0}, "--num-slots must be at least 1, not 0"),
+    (CTCTrainConfig, {"method": "ctc-ce", "num_labels": 0}, "--num-labels must be at least 1, not 0"),
+    (CTCTrainConfig, {"method": "ctc", "samples_per_step": 0}, "--samples-per-step must be at least 1, not 0"),
+    (CTCTrainConfig, {"method": "ctc", "max_train_samples": 0}, "--max-train-samples must be at least 1, not 0"),
+    (CTCTrainConfig, {"method": "ctc", "anchors_per_sample": -1}, "--anchors-per-sample must be 0 (all) or more"),
+    (CTCTrainConfig, {"method": "ctc", "num_labels": 4}, "--num-labels (4) must be below --num-slots (4) for CTC"),
+    (CTCTrainConfig, {"method": "ctc", "top_k": 0}, "--top-k must be at least 1, not 0"),
+    (CTCTrainConfig, {"method": "ctc", "beam": 0}, "--beam must be at least 1, not 0"),
+    (CTCTrainConfig, {"method": "ctc", "min_prob": 1.0}, "--min-prob must be in [0, 1), not 1.0"),
+    (CTCTrainConfig, {"method": "ctc", "eval_budgets": []}, "--eval-budgets must be tree budgets of at least 1"),
+    (CTCTrainConfig, {"method": "ctc", "eval_budgets": [4, 0]}, "--eval-budgets must be tree budgets of at least 1"),
+    (EagleTrainConfig, {"method": "ctc"}, "EagleTrainConfig trains eagle, not 'ctc'"),
+    (EagleTrainConfig, {"unroll": 0}, "--unroll must be at least 1, not 0"),
+    (EagleTrainConfig, {"noise": -1.0}, "--noise must be 0 (none) or positive, not -1.0"),
+    (EagleTrainConfig, {"inner": 0}, "--inner must be at least 1, not 0"),
+    (EagleTrainConfig, {"token_weight": -0.1}, "--token-weight must be 0 or more, not -0.1"),
+    (EagleTrainConfig, {"samples_per_step": 0}, "--samples-per-step must be at least 1, not 0"),
+    (EagleTrainConfig, {"train_vocab": -5}, "--train-vocab must be 0 (all tokens) or a token count"),
+]
+
+
+@pytest.mark.parametrize("cls, fields, message", BAD, ids=[f"{c.__name__}-{'-'.join(f)}" for c, f, _ in BAD])
+def test_each_bad_value_gets_its_one_line_error(cls, fields, message):
+    config = cls(**BASE | fields)
+    with pytest.raises(SpecbenchError) as refused:
+        config.validate()
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("cls, fields", [(HeadTrainConfig, {"method": "medusa"}), (HeadTrainConfig, {"method": "hydra"}),
+                                         (CTCTrainConfig, {"method": "ctc"}), (CTCTrainConfig, {"method": "ctc-ce"}),
+                                         (EagleTrainConfig, {}),
+                                         (CTCTrainConfig, {"method": "ctc-ce", "num_labels": 4, "anchors_per_sample": 0,
+                                                           "beam": None, "max_train_samples": None}),
+                                         (HeadTrainConfig, {"method": "hydra", "prefix_heads": 4, "lr": 0.0,
+                                                            "init_from": "x", "freeze_loaded": True, "warmup_steps": 0}),
+                                         (EagleTrainConfig, {"noise": 0.0, "unroll": 3, "dtype": "bfloat16"})])
+def test_defaults_and_edge_values_pass(cls, fields):
+    cls(**BASE | fields).validate()
+
+
+def test_the_configs_share_their_common_fields():
+    shared = {"method", "cache", "out", "epochs", "lr", "weight_decay", "warmup_steps", "seed", "dtype", "train_vocab"}
+    for cls in (HeadTrainConfig, CTCTrainConfig, EagleTrainConfig):
+        assert issubclass(cls, common.TrainConfig) and shared <= set(cls.__dataclass_fields__)
+    for cls in (CTCTrainConfig, EagleTrainConfig):
+        assert issubclass(cls, common.SampleTrainConfig)
+    assert (HeadTrainConfig(method="hydra", **BASE).epochs, CTCTrainConfig(method="ctc", **BASE).epochs,
+            EagleTrainConfig(**BASE).epochs) == (2, 4, 4)
+
+
+@pytest.mark.parametrize("train, config", [
+    (train_heads, HeadTrainConfig(method="hydra", cache="missing", out="x", num_heads=0)),
+    (train_ctc, CTCTrainConfig(method="ctc", cache="missing", out="x", num_slots=2, num_labels=2)),
+    (train_eagle, EagleTrainConfig(cache="missing", out="x", unroll=0)),
+])
+def test_trainers_validate_before_reading_anything(train, config, llama_target):
+    with pytest.raises(SpecbenchError, match="^--num-heads|^--num-labels|^--unroll"):
+        train(config, llama_target, progress=False)
+
+
+def test_methods_map_to_their_configs_and_others_options_are_refused():
+    assert {m: c.__name__ for m, c in config_classes().items()} == {
+        "medusa": "HeadTrainConfig", "hydra": "HeadTrainConfig", "ctc": "CTCTrainConfig", "ctc-ce": "CTCTrainConfig",
+        "eagle": "EagleTrainConfig"}
+    with pytest.raises(SpecbenchError, match="^unknown method 'nosuch' for train; choose one of medusa, hydra, ctc, "
+                                             "ctc-ce, eagle$"):
+        config_class("nosuch")
+    refused = [("eagle", {"init_from": "x"}, "--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's"),
+               ("ctc", {"freeze_loaded": True}, "--freeze-loaded is a medusa and hydra option, not ctc's"),
+               ("eagle", {"own_lm_heads": True}, "--own-lm-heads is a medusa and hydra option, not eagle's"),
+               ("medusa", {"noise": 0.5}, "--noise is an eagle option, not medusa's")]
+    for method, options, message in refused:
+        with pytest.raises(SpecbenchError, match=f"^{message}$"):
+            refuse_others_options(method, **options)
+    refuse_others_options("ctc", init_from="x", freeze_loaded=False, own_lm_heads=False)  # its own, or unset
+    refuse_others_options("eagle", init_from=None, freeze_loaded=False, own_lm_heads=False)
