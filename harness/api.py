@@ -10,8 +10,7 @@ rows of ``summary.csv``), ``.answers`` (typed records by drafter) and ``.report(
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,9 @@ from typing import Any
 import pandas as pd
 
 from specbench.errors import SpecbenchError
-from specbench.results import SUMMARY, Answer, load_run, read_manifest
+from specbench.harness.config import RunConfig
+from specbench.harness.options import declared
+from specbench.results import Answer, load_run, read_manifest
 
 
 @dataclass
@@ -72,24 +73,23 @@ def run(config=None, /, *, model: Any = None, tokenizer: Any = None, progress: b
         **options: Any) -> RunResult:
     """Run drafters through the shared harness and return the result (files are written to ``out``).
 
-    ``options`` are `RunConfig`'s fields, as on the command line: ``drafters`` (a list or a
+    ``options`` are `RunConfig`'s options (`harness.config`, where each is declared with its help, default
+    and check), as on the command line; text is parsed as the command line parses it: ``drafters`` (a list or a
     comma-separated string, ``"all"`` for every registered one), ``bench``, ``limit``, ``max_new_tokens``,
     ``tree_budget`` (``"auto"``, the default; an int; or ``"hydra=4,medusa=3"``), ``temperature`` (0: greedy),
     ``top_p``, ``top_k``, ``verify`` (``"rejection"``, lossless; ``"typical"``, lossy), ``seed``, ``breakdown``, ``drafter_options`` ({"ngram": {"max_depth": 6}}), ``out``
     (default ``runs/<date-time>``), ``resume`` ... ``model`` is ``"default"``, a path, a `TargetModel`
     or a Hugging Face causal LM (then give ``tokenizer``; device and dtype are the model's own).
     """
-    from specbench.harness.runner import Run, RunConfig
+    from specbench.harness.runner import Run
     from specbench.reports.summary import write_summary
 
     if config is not None and options:
         raise SpecbenchError("give either a RunConfig or keyword options, not both")
     if config is None:
-        known = {f.name for f in fields(RunConfig)}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(set(options) - set(declared(RunConfig)))
         if unknown:
-            raise SpecbenchError(f"unknown run option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        options.setdefault("out", f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+            raise SpecbenchError(f"unknown run option(s) {', '.join(unknown)}; known: {', '.join(declared(RunConfig))}")
         config = RunConfig(**options)
     if isinstance(model, (str, Path)):
         config.model = str(model)

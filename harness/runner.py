@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
@@ -25,107 +25,20 @@ from specbench import __version__
 from specbench.errors import SpecbenchError
 from specbench.harness import distributed
 from specbench.harness.autobudget import resolve_budgets
-from specbench.harness.autobudget.calibration import HELDOUT, SHIPPED, heldout_questions
-from specbench.harness.autobudget.profile import load_profile, resolve_profile
-from specbench.harness.autobudget.spec import BudgetChoice, create_entry, parse_budget_spec, split_entry
+from specbench.harness.autobudget.profile import resolve_profile
+from specbench.harness.autobudget.spec import BudgetChoice, create_entry
+from specbench.harness.config import RunConfig
+from specbench.harness.options import resume_keys
 from specbench.harness.loop import TurnResult, generate
-from specbench.model import NAMED_MODELS, TargetModel, check_device, load_target
-from specbench.placement import check_device_map, placement_summary
+from specbench.model import TargetModel, load_target
+from specbench.placement import placement_summary
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
-from specbench.registry import available_drafters, get_drafter_class
-from specbench.sampling import TYPICAL_DELTA, TYPICAL_EPSILON, Sampling, turn_seed
-from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, drafter_order, first_divergence,
+from specbench.sampling import turn_seed
+from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, first_divergence,
                                read_answers, read_manifest, write_json)
 
 WARMUP_TOKENS = 32
-# Settings a resumed run must share with the run it continues (otherwise the numbers would not pair).
-RESUME_KEYS = ("model", "bench", "max_new_tokens", "tree_budget", "repeats", "breakdown", "device", "dtype", "device_map",
-               "template", "drafter_options", "calibration", "auto_budgets", "temperature", "top_p", "top_k",
-               "verify", "typical_epsilon", "typical_delta", "seed")
-
-
-@dataclass
-class RunConfig:
-    """Everything that decides what a run measures (written to the manifest)."""
-
-    out: str
-    model: str = "default"
-    drafters: list[str] = field(default_factory=lambda: [BASELINE])
-    bench: str = "demo"
-    categories: list[str] | None = None
-    limit: int | None = None
-    max_new_tokens: int = 128
-    tree_budget: int | str = "auto"  # N, auto, or per drafter: "hydra=4,medusa=3,auto" (harness.autobudget.spec)
-    repeats: int = 1
-    breakdown: bool = True
-    device: str = "cpu"
-    dtype: str = "float32"
-    device_map: str | None = None  # auto: spread the target over every visible GPU (specbench.placement)
-    template: str | None = None
-    seed: int = 0
-    threads: int | None = None
-    warmup: bool = True
-    resume: bool = False
-    drafter_options: dict[str, dict] = field(default_factory=dict)
-    profile: str | None = None  # a verify-cost profile file (default: the cached one for this machine, if any)
-    # what `auto` calibrates on: a question file, "heldout" or "shipped" (default: held-out questions of the
-    # benchmark when the run leaves some of each category out, else the shipped set; harness.autobudget.calibration)
-    calibration: str | None = None
-    auto_budgets: list[int] | None = None  # budgets `auto` chooses among (default: harness.autobudget.choose.DEFAULT_CANDIDATES)
-    # Sampling (specbench.sampling): temperature 0 is greedy; above it every drafter and vanilla sample from
-    # the same warped target distribution, verified by `verify` (auto: greedy at T=0, else rejection).
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    verify: str = "auto"
-    typical_epsilon: float = TYPICAL_EPSILON
-    typical_delta: float = TYPICAL_DELTA
-
-    def __post_init__(self) -> None:
-        if isinstance(self.drafters, str):
-            self.drafters = [name.strip() for name in self.drafters.split(",") if name.strip()]
-        if list(self.drafters) == ["all"]:
-            self.drafters = list(available_drafters())
-
-    def check(self, model_given: bool = False) -> None:
-        """Reject impossible settings before anything is loaded (``model_given``: an in-memory model)."""
-        for name, value, low in (("--max-new-tokens", self.max_new_tokens, 1),
-                                 ("--repeats", self.repeats, 1), ("--limit", self.limit, 1), ("--threads", self.threads, 1)):
-            if value is not None and value < low:
-                raise SpecbenchError(f"{name} must be at least {low}, got {value}")
-        if not self.drafters:
-            raise SpecbenchError("--drafters is empty")
-        duplicates = sorted({d for d in self.drafters if self.drafters.count(d) > 1})
-        if duplicates:
-            raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
-        for name in self.drafters:
-            get_drafter_class(split_entry(name)[0])  # unknown names fail here, listing the known ones
-        parse_budget_spec(self.tree_budget, self.drafters)
-        self.sampling  # impossible sampling settings raise here
-        if any(b < 1 for b in self.auto_budgets or []):
-            raise SpecbenchError("--auto-budgets must be tree budgets of at least 1")
-        if self.calibration == HELDOUT:
-            heldout_questions(self.bench, self.categories, self.limit)  # a run that leaves none out stops here
-        elif self.calibration not in (None, SHIPPED):
-            load_questions(resolve_bench(self.calibration))  # a bad calibration file stops the run here
-        unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
-        if unknown:
-            raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
-        if not model_given and self.model not in NAMED_MODELS and not Path(self.model).expanduser().exists():
-            raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, 'default' or 'gemma3')")
-        check_device_map(self.device_map, self.device, distributed=distributed.current_shard() is not None)
-        check_device(self.device)
-        if self.profile is not None:
-            load_profile(Path(self.profile))  # a bad file stops the run before the model loads
-
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.top_k, self.verify, self.typical_epsilon, self.typical_delta)
-
-    def ordered_drafters(self) -> list[str]:
-        """Vanilla first (when asked for), then the others in the order given."""
-        return drafter_order(self.drafters)
 
 
 def _git_sha() -> str | None:
@@ -223,9 +136,9 @@ class Run:
             return {}
         before = manifest.get("config", {})
         now = asdict(self.config)
-        defaults = {f.name: f.default for f in fields(RunConfig) if f.default is not MISSING}
+        defaults = {f.name: f.default for f in fields(self.config) if f.default is not MISSING}
         # a key the old manifest lacks (recorded before the setting existed) had the default value
-        changed = [key for key in RESUME_KEYS if before.get(key, defaults.get(key)) != now.get(key)]
+        changed = [key for key in resume_keys(type(self.config)) if before.get(key, defaults.get(key)) != now.get(key)]
         if changed:
             detail = ", ".join(f"{key}: {before.get(key)!r} -> {now.get(key)!r}" for key in changed)
             raise SpecbenchError(f"--resume with different settings than {self.out}/{MANIFEST} ({detail})")

@@ -40,7 +40,7 @@ _EXPORTS = {
     "Step": "specbench.results",
     "load_target": "specbench.model",
     "TargetModel": "specbench.model",
-    "RunConfig": "specbench.harness.runner",
+    "RunConfig": "specbench.harness.config",
     "run": "specbench.harness.api",
     "load": "specbench.harness.api",
     "RunResult": "specbench.harness.api",

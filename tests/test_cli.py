@@ -20,7 +20,7 @@ DATA = Path(os.environ.get("SPECBENCH_DATA", Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specbench.harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "specbench", *args], capture_output=True, text=True,
                           cwd=cwd, env={**os.environ, "SPECBENCH_DATA": str(DATA)}, timeout=900)
 
 
@@ -112,7 +112,8 @@ def test_version_overview_and_python_dash_m():
 def test_every_flag_has_help_and_shows_its_default():
     import argparse
 
-    from specbench.harness.cli import _Help, build_parser
+    from specbench.harness.cli import build_parser
+    from specbench.harness.cli.common import HelpFormatter as _Help
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
@@ -129,7 +130,7 @@ def test_every_flag_has_help_and_shows_its_default():
 
 def test_missing_data_directory_names_the_variable(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SPECBENCH_DATA"}
-    result = subprocess.run([sys.executable, "-m", "specbench.harness.cli", "run", "--bench", "mt_bench"],
+    result = subprocess.run([sys.executable, "-m", "specbench", "run", "--bench", "mt_bench"],
                             capture_output=True, text=True, env=env)
     assert_one_line_error(result, "SPECBENCH_DATA")
 

@@ -28,15 +28,13 @@ from specbench.harness.autobudget.calibration import (CALIBRATION_TOKENS, calibr
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import budget_point, sweep
-from specbench.harness.autobudget.spec import AUTO, BudgetChoice, parse_budget_spec, split_entry
+from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
 from specbench.harness.loop import generate
 from specbench.model import cache_root
 from specbench.questions import load_questions
 from specbench.results import BASELINE
 
-#: budgets `auto` chooses among (those above the largest profiled size are dropped)
-DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CURVE_FORMAT = 3  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
 

@@ -19,6 +19,7 @@ continuation.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,9 +29,12 @@ from specbench.errors import SpecbenchError
 from specbench.results import first_divergence
 from specbench.tree import DraftTree
 from specbench.verify import greedy_path
-from specbench.harness.autobudget.predict import BudgetPoint
+from specbench.harness.autobudget.predict import BudgetPoint, predicted_speedup
 from specbench.harness.autobudget.trajectories import Trajectory
 from specbench.harness.loop import generate
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class TrajectoryTarget:
@@ -94,7 +98,7 @@ def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int
 
 
 def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajectory]], budgets: list[int],
-          max_new_tokens: int, progress: bool = False) -> "pandas.DataFrame":
+          max_new_tokens: int, progress: bool = False) -> "pd.DataFrame":
     """Replay every drafter at every budget over ``turns`` ((category, trajectory) pairs); one row per
     drafter, budget and category (plus ``overall``): tau, steps, mean draft ms per step (the drafter's own
     propose cost, transform included), mean tree size, unconditional acceptance by depth, and the trees
@@ -134,3 +138,9 @@ def budget_point(row) -> BudgetPoint:
     get = row.get if isinstance(row, dict) else lambda key: getattr(row, key)
     trees = dict((key, int(count)) for key, count in (item.split("x") for item in str(get("trees")).split()))
     return BudgetPoint(int(get("budget")), float(get("tau")), float(get("draft_ms")), trees)
+
+
+def with_predictions(table: "pd.DataFrame", profile) -> "pd.DataFrame":
+    """A `sweep` table with each row's predicted speedup from a `VerifyProfile` (loop overhead left out:
+    `choose` adds the measured loop when it picks a budget)."""
+    return table.assign(predicted_speedup=[predicted_speedup(budget_point(row), profile) for row in table.itertuples()])

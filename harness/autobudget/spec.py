@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from specbench.errors import SpecbenchError
-from specbench.registry import create_drafter
 from specbench.results import BASELINE
 
 AUTO = "auto"
+#: budgets `auto` chooses among (those above the largest profiled size are dropped)
+DEFAULT_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 def split_entry(entry: str) -> tuple[str, int | None]:
@@ -30,6 +31,8 @@ def split_entry(entry: str) -> tuple[str, int | None]:
 
 def create_entry(entry: str, options: dict[str, dict]):
     """The drafter of a run entry (``hydra`` or ``hydra@4``), with its drafter's ``--drafter-option``s."""
+    from specbench.registry import create_drafter  # loads torch: the command line parses specs without it
+
     name, _ = split_entry(entry)
     return create_drafter(name, **options.get(name, {}))
 

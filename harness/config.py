@@ -1,0 +1,140 @@
+"""`RunConfig`: everything that decides what a run measures, each option declared once.
+
+Each field is an `option` (`harness.options`): its help, default, parser and check live here, and the
+``run``, ``replay`` and ``profile`` flags, `specbench.run`'s keywords and resume's keys are derived from
+them. The config is written whole into each run's manifest. This module loads neither torch nor
+transformers (the command line builds its parser from it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbench.errors import SpecbenchError
+from specbench.harness.autobudget.calibration import HELDOUT, HELDOUT_PER_CATEGORY, SHIPPED
+from specbench.harness.autobudget.spec import DEFAULT_CANDIDATES, parse_budget_spec, split_entry
+from specbench.harness.options import at_least, csv, drafter_options, int_csv, integer, number, option
+from specbench.harness.options import normalise
+from specbench.placement import STRATEGIES, check_device_map
+from specbench.questions import load_questions, resolve_bench
+from specbench.results import drafter_order
+from specbench.sampling import RULES, TYPICAL_DELTA, TYPICAL_EPSILON, Sampling
+
+MODEL_HELP = "'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory or a .gguf file"
+DTYPES = ("float32", "bfloat16", "float16")
+#: the options `run` shares with `replay` (the target, where it runs, the drafters and the questions)
+WORKLOAD = ("model", "drafters", "bench", "categories", "limit", "max_new_tokens", "device", "device_map", "dtype",
+            "template", "threads", "drafter_options")
+#: the options every command that loads the target shares
+TARGET = ("model", "device", "device_map", "dtype", "threads")
+
+
+@dataclass
+class RunConfig:
+    """Everything that decides what a run measures (written to the manifest)."""
+
+    out: str = option("", "output directory (default runs/<date-time>)", resume=False)
+    model: str = option("default", MODEL_HELP)
+    drafters: list[str] = option(["all"], "comma-separated names, or 'all' (every registered drafter; default)",
+                                 parse=csv, resume=False)
+    bench: str = option("demo", "demo (default), mt_bench, spec_bench, or a question.jsonl path")
+    categories: list[str] | None = option(None, "comma-separated categories to keep", parse=csv, resume=False)
+    limit: int | None = option(None, "at most N questions from each category", parse=integer, check=at_least(1),
+                               resume=False)
+    max_new_tokens: int = option(128, "token cap per turn", parse=integer, check=at_least(1))
+    tree_budget: int | str = option("auto", "max draft-tree nodes per step, root included: N, 'auto' (per drafter, the "
+                              "budget of highest predicted speedup on this machine, from a replay over the calibration "
+                              "set and the verify-cost profile; greedy), or per drafter, e.g. hydra=4,medusa=3,auto")
+    repeats: int = option(1, "time each turn N times, keep the median", parse=integer, check=at_least(1))
+    breakdown: bool = option(True, "record per-stage times (draft, transform, verify, accept) in the timed run "
+                             "itself; costs nothing measurable on CPU (docs/performance.md)")
+    device: str = option("cpu", "cpu, cuda or cuda:N")
+    dtype: str = option("float32", "the target's dtype", choices=DTYPES)
+    device_map: str | None = option(None, "auto: spread the target over every visible GPU with accelerate "
+                                    "(give --device cuda)", choices=STRATEGIES)
+    template: str | None = option(None, "FastChat conversation template for models without a chat template")
+    seed: int = option(0, "seed of the sampled runs' random streams (one per turn, recorded in the answers; "
+                       "greedy runs do not depend on it)", parse=integer)
+    threads: int | None = option(None, "torch CPU threads (default: torch's choice)", parse=integer,
+                                 check=at_least(1), resume=False)
+    warmup: bool = option(True, "run one warm-up question through every drafter first", resume=False)
+    resume: bool = option(False, "continue an interrupted run in --out", resume=False)
+    drafter_options: dict[str, dict] = option({}, "a drafter-specific option, e.g. ngram.max_depth=6 (repeatable)",
+                                              parse=drafter_options, flag="--drafter-option",
+                                              metavar="DRAFTER.OPTION=VALUE", repeatable=True)
+    profile: str | None = option(None, "verify-cost profile file (default: the one `specbench profile` cached for "
+                                 "this machine)", metavar="FILE", resume=False)
+    calibration: str | None = option(None, f"what `auto` calibrates on: '{HELDOUT}' (up to {HELDOUT_PER_CATEGORY} "
+                                     "questions per category of the benchmark that the run leaves out), "
+                                     f"'{SHIPPED}' (16 held-out ShareGPT prompts in the package) or a question "
+                                     "file; default: heldout when the run leaves questions of every category out "
+                                     "(--limit), else shipped", metavar="FILE")
+    auto_budgets: list[int] | None = option(None, "budgets `auto` chooses among (default: "
+                                            f"{','.join(map(str, DEFAULT_CANDIDATES))} up to the profile's largest)",
+                                            parse=int_csv, check=at_least(1), metavar="N,N,...")
+    # Sampling (specbench.sampling): temperature 0 is greedy; above it every drafter and vanilla sample from
+    # the same warped target distribution, verified by `verify` (auto: greedy at T=0, else rejection).
+    temperature: float = option(0.0, "target sampling temperature; 0 (default) is greedy decoding, exact token "
+                                "for token", parse=number)
+    top_p: float = option(1.0, "nucleus sampling: keep the smallest set of tokens reaching this probability "
+                          "(1.0: off); applied to the target, the same for every drafter", parse=number)
+    top_k: int = option(0, "keep the K most likely tokens (0: off)", parse=integer)
+    verify: str = option("auto", "verification rule: greedy (T=0), rejection (lossless tree rejection sampling, "
+                         "T>0), typical (Medusa's typical acceptance, LOSSY, T>0); auto picks greedy or rejection",
+                         choices=("auto", *RULES))
+    typical_epsilon: float = option(TYPICAL_EPSILON, "typical acceptance: the hard threshold epsilon (Medusa's "
+                                    "posterior_threshold)", parse=number)
+    typical_delta: float = option(TYPICAL_DELTA, "typical acceptance: the entropy-scaled threshold delta (Medusa's "
+                                  "posterior_alpha)", parse=number)
+
+    def __post_init__(self) -> None:
+        normalise(self)  # text from the command line (or "a,b" from the API) parsed; each value checked
+        if not self.out:
+            self.out = f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
+        if list(self.drafters) == ["all"]:
+            from specbench.registry import available_drafters  # loads torch; the parser does not need it
+
+            self.drafters = list(available_drafters())
+
+    def check(self, model_given: bool = False) -> None:
+        """Reject impossible combinations before anything is loaded (``model_given``: an in-memory model).
+        Each option's own value was checked when the config was made. (Imports here load torch: the
+        command line builds its parser from this module without it.)"""
+        from specbench.harness import distributed
+        from specbench.harness.autobudget.calibration import heldout_questions
+        from specbench.harness.autobudget.profile import load_profile
+        from specbench.model import NAMED_MODELS, check_device
+        from specbench.registry import get_drafter_class
+
+        if not self.drafters:
+            raise SpecbenchError("--drafters is empty")
+        duplicates = sorted({d for d in self.drafters if self.drafters.count(d) > 1})
+        if duplicates:
+            raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
+        for name in self.drafters:
+            get_drafter_class(split_entry(name)[0])  # unknown names fail here, listing the known ones
+        parse_budget_spec(self.tree_budget, self.drafters)
+        self.sampling  # impossible sampling settings raise here
+        if self.calibration == HELDOUT:
+            heldout_questions(self.bench, self.categories, self.limit)  # a run that leaves none out stops here
+        elif self.calibration not in (None, SHIPPED):
+            load_questions(resolve_bench(self.calibration))  # a bad calibration file stops the run here
+        unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
+        if unknown:
+            raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
+        if not model_given and self.model not in NAMED_MODELS and not Path(self.model).expanduser().exists():
+            raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, 'default' or 'gemma3')")
+        check_device_map(self.device_map, self.device, distributed=distributed.current_shard() is not None)
+        check_device(self.device)
+        if self.profile is not None:
+            load_profile(Path(self.profile))  # a bad file stops the run before the model loads
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k, self.verify, self.typical_epsilon, self.typical_delta)
+
+    def ordered_drafters(self) -> list[str]:
+        """Vanilla first (when asked for), then the others in the order given."""
+        return drafter_order(self.drafters)

@@ -1,0 +1,159 @@
+"""Options declared once: a config dataclass's field carries its help, default, parser and check, and the
+command line, the Python API and resume's keys are derived from it.
+
+A field declared with `option` is a command-line flag (``--max-new-tokens`` for ``max_new_tokens``, or
+the ``flag`` given), an API keyword (the field's name), and, unless ``resume=False``, a setting that a
+resumed run must share with the run it continues. Values given as text (the command line, or an API
+caller passing ``"a,b"``) go through the option's ``parse``; every value goes through its ``check``.
+Both raise `SpecbenchError` with a one-line message naming the flag. Adding an option is one edit: a
+field in the config class.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from specbench.errors import SpecbenchError
+
+Parse = Callable[[str], Any]
+Check = Callable[[Any], "str | None"]  # None when the value is good, else what is wrong with it
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one config field appears outside the code (see the module docstring)."""
+
+    help: str
+    parse: Parse | None = None  # text -> value (None: the text itself)
+    check: Check | None = None
+    choices: tuple | None = None
+    flag: str | None = None  # default: --field-name
+    metavar: str | None = None
+    resume: bool = True  # a resumed run must match it
+    repeatable: bool = False  # the flag may be given several times; parse gets the list of texts
+
+    def flag_of(self, name: str) -> str:
+        return self.flag or "--" + name.replace("_", "-")
+
+
+def option(default: Any, help: str, **how: Any) -> Any:
+    """A dataclass field declared as an `Option` (``how``: Option's other fields). A list or dict default
+    is copied per instance."""
+    meta = {"option": Option(help, **how)}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def declared(config: type) -> dict[str, Option]:
+    """The config class's options by field name, in declaration order."""
+    return {f.name: f.metadata["option"] for f in dataclasses.fields(config) if "option" in f.metadata}
+
+
+def resume_keys(config: type) -> tuple[str, ...]:
+    """The settings a resumed run must share with the run it continues."""
+    return tuple(name for name, opt in declared(config).items() if opt.resume)
+
+
+# ---- parsers and checks, shared by declarations ------------------------------------------------------------
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer, got {text!r}") from None
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def csv(text: str) -> list[str]:
+    """``a, b,c`` -> [a, b, c]."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def int_csv(text: str) -> list[int]:
+    """``4,1,4`` -> [1, 4]: distinct integers, sorted (tree sizes, budgets)."""
+    try:
+        return sorted({int(item) for item in csv(text)})
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def literal(text: str) -> Any:
+    """A Python literal when the text is one, else the text (``6`` -> 6, ``[1, 2]`` -> list, ``x`` -> 'x')."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def drafter_options(pairs: list[str]) -> dict[str, dict]:
+    """``["ngram.max_depth=6"]`` -> {"ngram": {"max_depth": 6}} (values parsed as Python literals)."""
+    options: dict[str, dict] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        drafter, dot, name = key.partition(".")
+        if not (sep and dot and drafter and name):
+            raise ValueError(f"{pair!r}: expected DRAFTER.OPTION=VALUE")
+        options.setdefault(drafter, {})[name] = literal(raw)
+    return options
+
+
+def at_least(low: int) -> Check:
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        values = value if isinstance(value, list) else [value]
+        return None if values and all(v >= low for v in values) else f"must be at least {low}, got {value}"
+
+    return check
+
+
+# ---- applying declarations ---------------------------------------------------------------------------------
+def normalise(config: Any) -> None:
+    """Parse the options given as text and check every option, in place (a config's ``__post_init__``)."""
+    for name, opt in declared(type(config)).items():
+        value = getattr(config, name)
+        texts = isinstance(value, list) and opt.repeatable and all(isinstance(v, str) for v in value)
+        if opt.parse is not None and (isinstance(value, str) or texts):
+            try:
+                value = opt.parse(value)
+            except (ValueError, TypeError) as error:
+                raise SpecbenchError(f"{opt.flag_of(name)}: {error}") from None
+            setattr(config, name, value)
+        if opt.choices is not None and value is not None and value not in opt.choices:
+            raise SpecbenchError(f"{opt.flag_of(name)} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
+        problem = opt.check(value) if opt.check is not None else None
+        if problem:
+            raise SpecbenchError(f"{opt.flag_of(name)} {problem}")
+
+
+def add_options(parser: argparse.ArgumentParser, config: type, names: tuple[str, ...] | None = None) -> None:
+    """Add the config's options (``names``, or every one) to ``parser``, with the config's defaults. Flags
+    take text; the config parses it, so the command line and the API accept the same values."""
+    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(config)}
+    for name, opt in declared(config).items():
+        if names is not None and name not in names:
+            continue
+        common = {"dest": name, "help": opt.help, "default": defaults[name]}
+        if isinstance(defaults[name], bool):
+            parser.add_argument(opt.flag_of(name), action=argparse.BooleanOptionalAction, **common)
+        elif opt.repeatable:  # None when never given: `given` leaves the config's default
+            parser.add_argument(opt.flag_of(name), action="append", metavar=opt.metavar, **(common | {"default": None}))
+        else:
+            parser.add_argument(opt.flag_of(name), choices=opt.choices, metavar=opt.metavar, **common)
+
+
+def given(args: argparse.Namespace, config: type) -> dict[str, Any]:
+    """The config's options that ``args`` holds (a command adds some of them)."""
+    return {name: getattr(args, name) for name, opt in declared(config).items()
+            if hasattr(args, name) and not (opt.repeatable and getattr(args, name) is None)}
