@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 import time
 import uuid
@@ -29,6 +28,7 @@ from specbench.harness.autobudget.profile import resolve_profile
 from specbench.harness.autobudget.spec import BudgetChoice, create_entry
 from specbench.harness.config import RunConfig
 from specbench.harness.options import resume_keys
+from specbench.harness.provenance import git_state, source_digest
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel, load_target
 from specbench.placement import placement_summary
@@ -39,15 +39,6 @@ from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_
                                read_answers, read_manifest, write_json)
 
 WARMUP_TOKENS = 32
-
-
-def _git_sha() -> str | None:
-    try:
-        folder = Path(__file__).resolve().parent
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5)
-        return sha.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
@@ -62,7 +53,8 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
 
     return {
         "specbench_version": __version__,
-        "git_sha": _git_sha(),
+        **git_state(),
+        "source_sha256": source_digest(),
         "command": sys.argv,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": asdict(config),

@@ -6,7 +6,8 @@ matrix-vector path for one row and a small-M GEMM for 2-16 rows, and neither str
 memory's speed: the default target's 30 layers cost 35 ms for one row and 46-57 ms for 2-4. The same
 product written with the weight on the left, ``(W @ x^T)^T`` (x^T a transposed view, so MKL reads it in
 place), streams each weight once: 17-18 ms for one or two rows, 23 ms for three or four
-(`scripts/linear_layouts.py`; docs/performance.md, "The weight-left kernel"). One row is padded to two,
+(docs/performance.md, "Verify cost by tree size, and the weight-left kernel"; the retired
+`scripts/linear_layouts.py` measured it: docs/journal/retired-scripts.md). One row is padded to two,
 since the one-column product falls back to the slow matrix-vector path.
 
 Terminology: the **kernel** of a target is ``weight-left`` (this module's product for 1-`WEIGHT_LEFT_MAX_ROWS`

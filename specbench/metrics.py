@@ -1,4 +1,4 @@
-"""Metric formulas (DESIGN section 8), as pure functions of recorded numbers.
+"""Metric formulas (docs/decisions.md, "Counting" and "Timing"), as pure functions of recorded numbers.
 
 - tau: mean accepted length per verification step (accepted drafts + bonus; vanilla = 1.0).
 - speedup (headline): (sum vanilla time / sum vanilla tokens) / (sum method time / sum method tokens)

@@ -1,4 +1,4 @@
-"""Result files (DESIGN section 9): written by the runner, read by resume and by reports.
+"""Result files (docs/decisions.md, "Runs"): written by the runner, read by resume and by reports.
 
 One question's record is an `Answer` (its steps are `Step`s); every module reads records through it, never
 through the nested JSON. The JSON layout below is what `Answer.to_json` writes and `Answer.from_json` reads.
@@ -171,7 +171,7 @@ class Answer:
         return answer
 
     def to_json(self) -> dict:
-        """Spec-Bench's answer layout plus specbench's fields (DESIGN section 9)."""
+        """Spec-Bench's answer layout plus specbench's fields (docs/decisions.md, "Runs")."""
         return {
             "question_id": self.question_id,
             "category": self.category,

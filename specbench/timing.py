@@ -1,6 +1,6 @@
 """Stage timing for the decode loop.
 
-Stages (DESIGN section 8): ``prefill``, ``draft`` (drafter.propose, minus its ``transform`` sub-stage),
+Stages (docs/decisions.md, "Timing"): ``prefill``, ``draft`` (drafter.propose, minus its ``transform`` sub-stage),
 ``transform``, ``verify`` (target tree forward), ``accept`` (compare + KV commit + drafter.accept);
 ``other`` is the turn's wall time minus their sum. On CUDA each stage records a pair of events and no
 host sync happens inside the loop; the events are read once at the end of the turn. On CPU the marks
