@@ -15,6 +15,10 @@ from specbench.harness.options import add_options, given
 from specbench.results import BASELINE
 
 if TYPE_CHECKING:  # imported when a command runs: torch is slow to import
+    from specbench.drafters.training.common import TrainConfig
+    from specbench.drafters.training.ctc import CTCTrainConfig
+    from specbench.drafters.training.eagle import EagleTrainConfig
+    from specbench.drafters.training.heads import HeadTrainConfig
     from specbench.model import TargetModel
 
 
@@ -219,82 +223,78 @@ def _run_distill(args: argparse.Namespace, out: str, target: TargetModel, prompt
 def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.drafters.training.ctc import METHODS as CTC_METHODS
-    from specbench.drafters.training.heads import MODULES
+    from specbench.drafters.training import refuse_others_options
+    from specbench.drafters.training.ctc import CTCTrainConfig
+    from specbench.drafters.training.heads import HeadTrainConfig
     from specbench.model import cache_root, check_device, resolve_model
 
-    methods = [*MODULES, *CTC_METHODS, "eagle"]
-    if args.method not in methods:
-        raise SpecbenchError(f"unknown method {args.method!r} for train; choose one of {', '.join(methods)}")
-    if args.anchors_per_sample < 0:
-        raise SpecbenchError("--anchors-per-sample must be 0 (all) or more")
-    for name in ("num_heads", "num_layers", "epochs", "batch_size", "num_slots", "num_labels", "samples_per_step", "unroll"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise SpecbenchError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.train_vocab < 0:
-        raise SpecbenchError("--train-vocab must be 0 (all tokens) or a token count")
-    if args.freeze_loaded and args.method not in MODULES:
-        raise SpecbenchError(f"--freeze-loaded is a medusa and hydra option, not {args.method}'s")
-    if args.own_lm_heads and args.method not in MODULES:
-        raise SpecbenchError(f"--own-lm-heads is a medusa and hydra option, not {args.method}'s")
-    if args.init_from and args.method == "eagle":
-        raise SpecbenchError("--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's")
-    if args.noise < 0:
-        raise SpecbenchError("--noise must be 0 (none) or positive")
+    # an unknown method, another method's option, a bad value: one line each, before a model loads
+    refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
+                          own_lm_heads=args.own_lm_heads)
+    config = _train_config(args, cache=args.cache or "", out=args.out or "")
+    config.validate()
     threads = target_settings(args).threads
     if threads:
         torch.set_num_threads(threads)
     check_device(args.device)
     source = resolve_model(args.model)
     tag = f"{source.name}-{source.sha256[:16]}"
-    cache = args.cache or str(cache_root() / "distill" / tag)
-    if not Path(cache, "manifest.json").exists():
-        raise SpecbenchError(f"no distillation cache at {cache}; run `specbench distill --model {args.model}` first")
-    out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
-    train = _train_ctc if args.method in CTC_METHODS else _train_eagle if args.method == "eagle" else _train_heads
-    summary, seconds = train(args, cache, out)
-    print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {out}.safetensors/.json")
+    config.cache = args.cache or str(cache_root() / "distill" / tag)
+    if not Path(config.cache, "manifest.json").exists():
+        raise SpecbenchError(f"no distillation cache at {config.cache}; run `specbench distill --model {args.model}` first")
+    config.out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
+    trainers = {HeadTrainConfig: _train_heads, CTCTrainConfig: _train_ctc}
+    summary, seconds = trainers.get(type(config), _train_eagle)(config, args)
+    print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {config.out}.safetensors/.json")
     return 0
 
 
-def _train_heads(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
-    from specbench.drafters.training.heads import HeadTrainConfig, train_heads
+def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig:
+    """The method's training config from the flags (its class's default where ``--epochs`` is left unset);
+    its `validate` checks them."""
+    from specbench.drafters.training import config_class
+    from specbench.drafters.training.ctc import CTCTrainConfig
+    from specbench.drafters.training.heads import HeadTrainConfig
+
+    cls = config_class(args.method)
+    shared = {"method": args.method, "cache": cache, "out": out, "lr": args.lr, "seed": args.seed, "dtype": args.dtype,
+              "train_vocab": args.train_vocab} | ({"epochs": args.epochs} if args.epochs is not None else {})
+    if cls is HeadTrainConfig:
+        return cls(**shared, num_heads=args.num_heads, num_layers=args.num_layers, batch_size=args.batch_size,
+                   max_train_positions=args.max_train_positions, loss=args.loss, prefix_heads=args.prefix_heads,
+                   init_from=args.init_from, freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
+    samples = {"samples_per_step": args.samples_per_step, "max_train_samples": args.max_train_samples}
+    if cls is CTCTrainConfig:
+        return cls(**shared, **samples, num_slots=args.num_slots, num_labels=args.num_labels,
+                   slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None,
+                   init_from=args.init_from)
+    return cls(**shared, **samples, noise=args.noise, unroll=args.unroll)
+
+
+def _train_heads(config: HeadTrainConfig, args: argparse.Namespace) -> tuple[str, float]:
+    from specbench.drafters.training.heads import train_heads
     from specbench.model import load_target
 
-    config = HeadTrainConfig(method=args.method, cache=cache, out=out, num_heads=args.num_heads,
-                             num_layers=args.num_layers, epochs=args.epochs or 2, lr=args.lr, batch_size=args.batch_size,
-                             max_train_positions=args.max_train_positions, seed=args.seed, loss=args.loss,
-                             prefix_heads=args.prefix_heads, train_vocab=args.train_vocab, dtype=args.dtype,
-                             init_from=args.init_from, freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
     recipe = train_heads(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out top-1 per head {[round(a, 3) for a in metrics['heldout_top1']]}, "
             f"top-5 {[round(a, 3) for a in metrics['heldout_top5']]}"), recipe["training_seconds"]
 
 
-def _train_ctc(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
-    from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
+def _train_ctc(config: CTCTrainConfig, args: argparse.Namespace) -> tuple[str, float]:
+    from specbench.drafters.training.ctc import train_ctc
     from specbench.model import load_target
 
-    config = CTCTrainConfig(method=args.method, cache=cache, out=out, num_slots=args.num_slots,
-                            num_labels=args.num_labels, slot_blocks=not args.no_slot_blocks, epochs=args.epochs or 4, lr=args.lr,
-                            samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
-                            anchors_per_sample=args.anchors_per_sample or None,
-                            seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, init_from=args.init_from)
     recipe = train_ctc(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     walks = ", ".join(f"{b}: {tau:.3f}" for b, tau in metrics["heldout_walk_tau_by_budget"].items())
     return f"held-out loss {metrics['heldout_loss']:.3f}, decode-walk tau by tree budget {{{walks}}}", recipe["training_seconds"]
 
 
-def _train_eagle(args: argparse.Namespace, cache: str, out: str) -> tuple[str, float]:
-    from specbench.drafters.training.eagle import EagleTrainConfig, train_eagle
+def _train_eagle(config: EagleTrainConfig, args: argparse.Namespace) -> tuple[str, float]:
+    from specbench.drafters.training.eagle import train_eagle
     from specbench.model import load_target
 
-    config = EagleTrainConfig(cache=cache, out=out, epochs=args.epochs or 4, lr=args.lr,
-                              samples_per_step=args.samples_per_step, max_train_samples=args.max_train_samples,
-                              seed=args.seed, dtype=args.dtype, train_vocab=args.train_vocab, noise=args.noise,
-                              unroll=args.unroll)
     recipe = train_eagle(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
     return (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
