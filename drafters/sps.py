@@ -90,8 +90,9 @@ class SpSDrafter(Drafter):
         if self.self_draft == "int8":
             if target.device.type != "cpu":
                 raise DrafterOptionError("sps self_draft=int8 runs on CPU only; use self_draft=layers:N on GPU")
-            with warnings.catch_warnings():  # torch deprecates the quantized-tensor API it uses inside
-                warnings.simplefilter("ignore", UserWarning)
+            with warnings.catch_warnings():  # torch deprecates the quantized-tensor API it uses inside, and
+                warnings.simplefilter("ignore", UserWarning)  # torch.ao.quantization itself (torchao replaces it)
+                warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
                 plain = copy.deepcopy(target.model)
                 use_kernel(plain, "torch")  # quantize_dynamic matches nn.Linear by exact type (specbench.linear)
                 draft = torch.ao.quantization.quantize_dynamic(plain, {torch.nn.Linear}, dtype=torch.qint8)
@@ -103,7 +104,7 @@ class SpSDrafter(Drafter):
     def _next_logits(self, tokens: list[int], device: torch.device) -> torch.Tensor:
         """Feed ``tokens`` after what the draft cache holds; logits Tensor[V] after the last one."""
         ids = torch.tensor([tokens], dtype=torch.long, device=device)  # [1, m]
-        logits = self._draft(input_ids=ids, past_key_values=self._cache, use_cache=True).logits[0, -1]
+        logits = self._draft(input_ids=ids, cache=self._cache, use_cache=True).logits[0, -1]
         self._cached += tokens
         return logits
 

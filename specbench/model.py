@@ -214,7 +214,7 @@ class TargetModel:
         input_ids: LongTensor[L]
         returns:   logits Tensor[V] at the last position, hidden Tensor[L, H]
         """
-        out = self.decoder(input_ids=input_ids.to(self.device)[None], past_key_values=cache, use_cache=True)
+        out = self.decoder(input_ids=input_ids.to(self.device)[None], cache=cache, use_cache=True)
         hidden = out.last_hidden_state[0]  # [L, H]
         return self.lm_head(hidden[-1]), hidden
 
@@ -235,7 +235,7 @@ class TargetModel:
             positions = torch.tensor([[past + d for d in depths]], device=self.device)  # [1, n]
             mask = self._tree_mask(tree, past, depths)
         out = self.decoder(
-            input_ids=tokens, position_ids=positions, attention_mask=mask, past_key_values=cache, use_cache=True
+            input_ids=tokens, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
         )
         hidden = out.last_hidden_state[0]  # [n, H]
         return self.lm_head(hidden), hidden
