@@ -56,10 +56,13 @@ def load(run_dir: str | Path) -> RunResult:
 
 
 def _target_from(model: Any, tokenizer: Any) -> Any:
-    """The `TargetModel` for an in-memory ``model`` (None for none, a path or a name: the run loads it)."""
+    """The `TargetModel` for an in-memory ``model``; None for none, a path or a name (the run loads it from
+    ``config.model``)."""
     from specbench.model import TargetModel
 
-    if model is None or isinstance(model, (str, Path, TargetModel)):
+    if model is None or isinstance(model, (str, Path)):
+        return None
+    if isinstance(model, TargetModel):
         return model
     if tokenizer is None:
         raise SpecbenchError("an in-memory model needs its tokenizer: specbench.run(model=..., tokenizer=...)")
