@@ -506,7 +506,8 @@ def test_two_runs_merge_into_one_paper_table(tmp_path, capsys):
     table = pd.read_csv(out / "csv" / "by_category.csv")
     assert table["run"].drop_duplicates().tolist() == ["tiny-llama", "tiny-qwen"]
     assert "cuda (NVIDIA H100)" in text
-    assert (small / SUMMARY).exists() and (other / SUMMARY).exists()
+    assert not (small / SUMMARY).exists() and not (other / SUMMARY).exists()  # the runs are only read
+    assert (out / "summary-tiny-llama.csv").exists() and (out / "summary-tiny-qwen.csv").exists()
 
 
 def test_runs_of_the_same_model_are_told_apart(tmp_path):
@@ -527,7 +528,7 @@ def test_report_command_defaults(tmp_path, capsys):
     run = write_mt_run(tmp_path / "run")
     assert main(["report", str(run), "--charts", "png", "--dpi", "60"]) == 0
     out = capsys.readouterr().out
-    assert (run / SUMMARY).exists() and "overall" in out
+    assert (run / "report" / SUMMARY).exists() and not (run / SUMMARY).exists() and "overall" in out
     assert (run / "report" / "report.md").exists() and (run / "report" / "report.html").exists()
     assert (run / "report" / "charts" / "tau_vs_speedup.png").exists()
     assert f"report: " in out and "report.md" in out
@@ -537,8 +538,10 @@ def test_report_command_formats_subset(tmp_path):
     run = write_mt_run(tmp_path / "run")
     out = tmp_path / "out"
     assert main(["report", str(run), "--out", str(out), "--formats", "md,csv", "--charts", "none"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["csv", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["csv", "report.md", "summary.csv"]  # csv: the run's summary too
     assert "![" not in (out / "report.md").read_text()
+    assert main(["report", str(run), "--out", str(tmp_path / "md"), "--formats", "md", "--charts", "none"]) == 0
+    assert sorted(p.name for p in (tmp_path / "md").iterdir()) == ["report.md"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -695,10 +698,10 @@ def test_greedy_and_sampled_runs_side_by_side_name_the_rule(tmp_path):
     text = (out / "report.md").read_text()
     assert "| Drafter | tiny-llama, greedy (T=0) | tiny-llama, T=1 rejection |" in text  # the EAGLE-paper table
     assert "Sampled run: T=1 rejection. Lossless" in text
-    summary = pd.read_csv(sampled / SUMMARY)
+    summary = pd.read_csv(out / f"summary-{load_runs([greedy, sampled])[1].slug}.csv")
     assert set(summary["verify"]) == {"rejection"} and summary["lossless"].all()
     assert summary["equal_to_vanilla"].isna().all()
-    assert set(pd.read_csv(greedy / SUMMARY)["verify"]) == {"greedy"}
+    assert set(pd.read_csv(out / f"summary-{load_runs([greedy, sampled])[0].slug}.csv")["verify"]) == {"greedy"}
 
 
 def test_lossy_drafters_are_marked_in_every_table(tmp_path):
@@ -709,4 +712,4 @@ def test_lossy_drafters_are_marked_in_every_table(tmp_path):
     assert "ngram (typical, lossy)" in text and "LOSSY verification" in text
     table = pd.read_csv(out / "csv" / "by_category.csv")
     assert set(table["drafter"]) == {"vanilla", "ngram (typical, lossy)"}  # vanilla proposes nothing: exact
-    assert not pd.read_csv(run / SUMMARY).set_index("drafter").loc["ngram", "lossless"].any()
+    assert not pd.read_csv(out / SUMMARY).set_index("drafter").loc["ngram", "lossless"].any()

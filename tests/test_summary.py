@@ -375,11 +375,14 @@ def test_run_dir_with_empty_answers_folder(tmp_path):
 
 
 # ---- specbench report ---------------------------------------------------------------------------------------
-def test_report_command_writes_summary(run_dir, capsys):
+def test_report_command_writes_summary_under_its_out_only(run_dir, capsys):
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert main(["report", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert f"== {run_dir}" in out and "ngram" in out and "overall" in out
-    table = pd.read_csv(run_dir / SUMMARY)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and "report" not in p.parts} == before
+    assert not (run_dir / SUMMARY).exists()  # the run is only read; the default --out is RUN/report
+    table = pd.read_csv(run_dir / "report" / SUMMARY)
     assert list(table.columns) == COLUMNS and len(table) == 6
     assert close(row(table, "ngram", "overall")["speedup"], 3.8 / 2.15)
 

@@ -13,7 +13,7 @@ from specbench.harness.options import csv
 
 def report_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dirs", nargs="+", help="run directories; several are merged (e.g. two models), each "
-                        "labelled by its manifest; each also gets its summary.csv rewritten")
+                        "labelled by its manifest; they are only read (their summaries go to OUT/summary*.csv with csv)")
     parser.add_argument("--out", default=None, help="report folder (default DIR/report for one run; required for several)")
     parser.add_argument("--formats", default="md,html,tex,csv", help="table formats: md,html,tex,csv (default all)")
     parser.add_argument("--charts", default="png,pdf", help="chart formats: png,pdf,svg, or none (default png,pdf)")
@@ -26,7 +26,8 @@ def report_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from specbench.reports.report import CHART_FORMATS, TABLE_FORMATS, build_report, parse_formats, write_report
     from specbench.reports.runs import load_runs
-    from specbench.reports.summary import format_table, write_summary
+    from specbench.reports.summary import format_table, summarize
+    from specbench.results import SUMMARY, load_run
 
     formats = parse_formats(args.formats, TABLE_FORMATS, "--formats")
     chart_formats = parse_formats(args.charts, CHART_FORMATS, "--charts")
@@ -35,12 +36,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.out is None and len(args.dirs) > 1:
         raise SpecbenchError("a report of several runs needs --out")
     runs = load_runs([Path(folder) for folder in args.dirs], args.labels, args.allow_incomplete)
-    for run in runs:
+    summaries = []
+    for run in runs:  # the run's summary.csv rows, recomputed from its answers; the run itself is not written to
+        summaries.append(summarize(load_run(run.path)))
         print(f"== {run.path} ({run.label})")
-        print(format_table(write_summary(run.path)))
+        print(format_table(summaries[-1]))
     out = Path(args.out) if args.out else Path(args.dirs[0]) / "report"
     report = build_report(runs)
     written = write_report(report, out, formats, chart_formats, args.dpi)
+    for run, summary in zip(runs, summaries if "csv" in formats else []):  # OUT/summary.csv; OUT/summary-<label>.csv each
+        path = out / (SUMMARY if len(runs) == 1 else f"{Path(SUMMARY).stem}-{run.slug}.csv")
+        summary.to_csv(path, index=False, float_format="%.6g")
+        written.append(path)
     for note in report.notes:
         print(f"note: {note}")
     print(f"\nreport: {len(written)} files in {out}: " + ", ".join(p.relative_to(out).as_posix() for p in written
