@@ -3,6 +3,9 @@ layer, a per-sequence key/value cache and rotary position embedding."""
 
 from __future__ import annotations
 
+import functools
+import json
+
 import torch
 from torch import nn
 
@@ -66,11 +69,33 @@ class KVCache:
         self.length += keys.shape[0]
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
-    """Rotate x [..., P, heads, d] by positions [P] (rotate-half convention, frequencies base^(-2i/d))."""
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float | dict = ROPE_BASE) -> torch.Tensor:
+    """Rotate x [..., P, heads, d] by positions [P] (rotate-half convention). ``base`` is a plain RoPE base
+    (frequencies base^(-2i/d)), or a target's RoPE parameters (transformers' ``rope_parameters``: any
+    ``rope_type``, llama3, yarn, linear, dynamic, ..., plus ``max_position_embeddings``), which transformers'
+    own rotary embedding class turns into cos/sin exactly as the target's attention layers get them."""
+    if isinstance(base, dict):
+        cos, sin = _rotary(json.dumps(base, sort_keys=True), x.shape[-1])(x, positions[None])  # [1, P, d] each
+        cos, sin = cos[0, :, None, :], sin[0, :, None, :]  # [P, 1, d]
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
     half = x.shape[-1] // 2
     freqs = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # [d/2]
     angles = positions.to(torch.float32)[:, None] * freqs  # [P, d/2]
     cos, sin = angles.cos()[:, None, :].to(x.dtype), angles.sin()[:, None, :].to(x.dtype)  # [P, 1, d/2]
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+@functools.lru_cache(maxsize=16)
+def _rotary(parameters: str, head_dim: int) -> nn.Module:
+    """transformers' rotary embedding for RoPE parameters (JSON) and a head width: the Llama class, which reads
+    ``rope_parameters`` through transformers' ``ROPE_INIT_FUNCTIONS`` (and updates dynamic RoPE as it goes)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    values = json.loads(parameters)
+    max_positions = values.pop("max_position_embeddings", None)
+    config = LlamaConfig(hidden_size=head_dim, num_attention_heads=1, head_dim=head_dim, rope_parameters=values,
+                         **({"max_position_embeddings": max_positions} if max_positions else {}))
+    return LlamaRotaryEmbedding(config)

@@ -256,16 +256,27 @@ def read_eagle(weights: Path, config: dict, state: dict[str, torch.Tensor], targ
                                {"num_heads": heads, "fc_bias": "fc.bias" in mapped, "layer_shape": shape})
 
 
-def rope_base(config, weights: Path) -> float:
-    """The plain RoPE base of a config (transformers 5 keeps it in ``rope_parameters``, 4.x and the released
-    draft configs in ``rope_theta``); scaled variants (llama3, yarn, ...) are refused: specbench's draft
-    layers rotate by plain RoPE."""
+def rope_base(config, weights: Path) -> float | dict:
+    """How a config's attention layers rotate, for a draft layer that rotates as the target does: the plain
+    RoPE base (transformers 5 keeps it in ``rope_parameters``, 4.x and the released draft configs in
+    ``rope_theta``), or, for scaled RoPE (Llama-3's ``llama3``, yarn, linear, dynamic, ...), the RoPE
+    parameters plus ``max_position_embeddings``, which `layers.rope` hands to transformers' rotary class."""
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise SpecbenchError(f"{weights}: the draft layer rotates by the target's RoPE, and {kind!r} RoPE scaling "
-                             f"is not supported by specbench's draft layers")
-    return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
+    if kind == "default":
+        return float(params.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0)
+    if not getattr(config, "rope_parameters", None):  # 4.x-style rope_theta + rope_scaling: transformers' own reading
+        from transformers import LlamaConfig
+
+        legacy = {k: getattr(config, k) for k in ("rope_theta", "rope_scaling") if getattr(config, k, None) is not None}
+        params = LlamaConfig(**legacy).rope_parameters
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    if kind not in ROPE_INIT_FUNCTIONS:
+        raise SpecbenchError(f"{weights}: {kind!r} RoPE scaling is unknown to the installed transformers "
+                             f"(it knows {', '.join(sorted(ROPE_INIT_FUNCTIONS))})")
+    max_positions = getattr(config, "max_position_embeddings", None)
+    return dict(params) | ({"max_position_embeddings": int(max_positions)} if max_positions else {})
 
 
 def _take(state: dict[str, torch.Tensor], key: str, weights: Path) -> torch.Tensor:
