@@ -14,6 +14,7 @@ from specbench.checkpoint import checkpoint_files, load_checkpoint, trained_for
 from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.drafters.published import load_published, published_method
+from specbench.hub import local_or_hub
 from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.linear import kernel_of, use_kernel
 
@@ -122,10 +123,11 @@ class CheckpointDrafter(Drafter):
 
     def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
         """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""
-        if self.checkpoint and published_method(Path(self.checkpoint)):
-            published = load_published(Path(self.checkpoint), self.method, target.config, target.lm_head.weight.shape[0])
+        given = local_or_hub(self.checkpoint, f"{self.method}.checkpoint") if self.checkpoint else None  # a Hub id too
+        if given is not None and published_method(given):
+            published = load_published(given, self.method, target.config, target.lm_head.weight.shape[0])
             return published.state, published.recipe(), published.weights
-        stem = Path(self.checkpoint) if self.checkpoint else default_checkpoint(self.method, target)
+        stem = given if given is not None else default_checkpoint(self.method, target)
         state, recipe = load_checkpoint(stem, target)
         return state, recipe, checkpoint_files(stem)[0]
 

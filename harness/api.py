@@ -81,8 +81,10 @@ def run(config=None, /, *, model: Any = None, tokenizer: Any = None, progress: b
     comma-separated string, ``"all"`` for every registered one), ``bench``, ``limit``, ``max_new_tokens``,
     ``tree_budget`` (``"auto"``, the default; an int; or ``"hydra=4,medusa=3"``), ``temperature`` (0: greedy),
     ``top_p``, ``top_k``, ``verify`` (``"rejection"``, lossless; ``"typical"``, lossy), ``seed``, ``breakdown``, ``drafter_options`` ({"ngram": {"max_depth": 6}}), ``out``
-    (default ``runs/<date-time>``), ``resume`` ... ``model`` is ``"default"``, a path, a `TargetModel`
-    or a Hugging Face causal LM (then give ``tokenizer``; device and dtype are the model's own).
+    (default ``runs/<date-time>``), ``resume``, ``preset`` (``"spec-bench"``), ``config_file`` (a TOML/JSON
+    file of these options, or a run's manifest.json: the options given here override it) ... ``model`` is
+    ``"default"``, a path, a Hugging Face Hub id, a `TargetModel` or a Hugging Face causal LM (then give
+    ``tokenizer``; device and dtype are the model's own).
     """
     from specbench.harness.runner import Run
     from specbench.reports.summary import write_summary
@@ -93,7 +95,7 @@ def run(config=None, /, *, model: Any = None, tokenizer: Any = None, progress: b
         unknown = sorted(set(options) - set(declared(RunConfig)))
         if unknown:
             raise SpecbenchError(f"unknown run option(s) {', '.join(unknown)}; known: {', '.join(declared(RunConfig))}")
-        config = RunConfig(**options)
+        config = RunConfig.from_layers(options)
     if isinstance(model, (str, Path)):
         config.model = str(model)
     target = _target_from(model, tokenizer)

@@ -8,27 +8,40 @@ transformers (the command line builds its parser from it).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specbench.errors import SpecbenchError
+from specbench.hub import is_hub_id
 from specbench.harness.autobudget.calibration import HELDOUT, HELDOUT_PER_CATEGORY, SHIPPED
 from specbench.harness.autobudget.spec import DEFAULT_CANDIDATES, parse_budget_spec, split_entry
 from specbench.harness.options import at_least, csv, drafter_options, int_csv, integer, number, option
-from specbench.harness.options import normalise
+from specbench.harness.options import declared, normalise
 from specbench.placement import STRATEGIES, check_device_map
 from specbench.questions import load_questions, resolve_bench
 from specbench.results import drafter_order
 from specbench.sampling import RULES, TYPICAL_DELTA, TYPICAL_EPSILON, Sampling
 
-MODEL_HELP = "'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory or a .gguf file"
+MODEL_HELP = ("'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory, a .gguf file or a "
+              "Hugging Face Hub id (owner/name, read through the hub client's cache)")
 DTYPES = ("float32", "bfloat16", "float16")
 #: the options `run` shares with `replay` (the target, where it runs, the drafters and the questions)
 WORKLOAD = ("model", "drafters", "bench", "categories", "limit", "max_new_tokens", "device", "device_map", "dtype",
             "template", "threads", "drafter_options")
 #: the options every command that loads the target shares
 TARGET = ("model", "device", "device_map", "dtype", "threads")
+#: published protocols' settings; a run's own options override them (`RunConfig.from_layers`)
+PRESETS = {
+    # Spec-Bench's leaderboard (hemingkx/Spec-Bench, evaluation/*.sh): its 480 questions, fp16, 1,024 new
+    # tokens, greedy, one sequence at a time, on a GPU
+    "spec-bench": {"bench": "spec_bench", "device": "cuda", "dtype": "float16", "max_new_tokens": 1024,
+                   "temperature": 0.0},
+}
+#: what a rerun from a manifest leaves out: where the earlier run wrote, and whether it resumed
+NOT_RERUN = ("out", "resume", "config_file")
 
 
 @dataclass
@@ -36,6 +49,12 @@ class RunConfig:
     """Everything that decides what a run measures (written to the manifest)."""
 
     out: str = option("", "output directory (default runs/<date-time>)", resume=False)
+    config_file: str | None = option(None, "a TOML or JSON file of run options (the keys `specbench.run` takes), or "
+                                     "a run's manifest.json to run its settings again; options given here override "
+                                     "it", flag="--config", metavar="FILE", resume=False)
+    preset: str | None = option(None, "a published protocol's settings, under the options given: spec-bench "
+                                "(Spec-Bench's leaderboard: its 480 questions, fp16 on CUDA, 1,024 new tokens, greedy)",
+                                choices=tuple(PRESETS), resume=False)
     model: str = option("default", MODEL_HELP)
     drafters: list[str] = option(["all"], "comma-separated names, or 'all' (every registered drafter; default)",
                                  parse=csv, resume=False)
@@ -98,6 +117,14 @@ class RunConfig:
 
             self.drafters = list(available_drafters())
 
+    @classmethod
+    def from_layers(cls, given: dict[str, Any]) -> RunConfig:
+        """The config from options ``given`` explicitly, over ``config_file``'s, over ``preset``'s, over the
+        declared defaults (the command line and the API both build a run's config this way)."""
+        from_file = read_settings(given["config_file"], cls) if given.get("config_file") else {}
+        preset = given.get("preset", from_file.get("preset"))
+        return cls(**PRESETS.get(preset, {}) | from_file | given)
+
     def check(self, model_given: bool = False) -> None:
         """Reject impossible combinations before anything is loaded (``model_given``: an in-memory model).
         Each option's own value was checked when the config was made. (Imports here load torch: the
@@ -105,7 +132,7 @@ class RunConfig:
         from specbench.harness import distributed
         from specbench.harness.autobudget.calibration import heldout_questions
         from specbench.harness.autobudget.profile import load_profile
-        from specbench.model import NAMED_MODELS, check_device
+        from specbench.model import MODEL_FORMS, NAMED_MODELS, check_device
         from specbench.registry import get_drafter_class
 
         if not self.drafters:
@@ -124,8 +151,9 @@ class RunConfig:
         unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
         if unknown:
             raise SpecbenchError(f"--drafter-option names drafters not in --drafters: {', '.join(unknown)}")
-        if not model_given and self.model not in NAMED_MODELS and not Path(self.model).expanduser().exists():
-            raise SpecbenchError(f"model not found: {self.model} (give a model directory, a .gguf file, 'default' or 'gemma3')")
+        if not model_given and self.model not in NAMED_MODELS and not Path(self.model).expanduser().exists() \
+                and not is_hub_id(self.model):
+            raise SpecbenchError(f"model not found: {self.model} (give {MODEL_FORMS})")
         check_device_map(self.device_map, self.device, distributed=distributed.current_shard() is not None)
         check_device(self.device)
         if self.profile is not None:
@@ -138,3 +166,29 @@ class RunConfig:
     def ordered_drafters(self) -> list[str]:
         """Vanilla first (when asked for), then the others in the order given."""
         return drafter_order(self.drafters)
+
+
+def read_settings(path: str, config: type = RunConfig) -> dict[str, Any]:
+    """Run options from a TOML or JSON file: a mapping of option names to values, or a run's manifest
+    (its ``config``, less `NOT_RERUN`). An unknown name is a one-line error naming the file."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise SpecbenchError(f"--config {path}: no such file")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SpecbenchError(f"--config {path}: not {'TOML' if file.suffix == '.toml' else 'JSON'} ({error})") from None
+    if not isinstance(data, dict):
+        raise SpecbenchError(f"--config {path}: expected a mapping of option names to values")
+    if isinstance(data.get("config"), dict) and "specbench_version" in data:  # a manifest: run its settings again
+        data = {key: value for key, value in data["config"].items() if key not in NOT_RERUN}
+    unknown = sorted(set(data) - set(declared(config)))
+    if unknown:
+        raise SpecbenchError(f"--config {path}: unknown option(s) {', '.join(unknown)}")
+    return data

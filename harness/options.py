@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -95,14 +96,26 @@ def literal(text: str) -> Any:
         return text
 
 
-def drafter_options(pairs: list[str]) -> dict[str, dict]:
-    """``["ngram.max_depth=6"]`` -> {"ngram": {"max_depth": 6}} (values parsed as Python literals)."""
+def drafter_options(items: list[str]) -> dict[str, dict]:
+    """Each item ``DRAFTER.OPTION=VALUE`` (the value parsed as a Python literal when it is one) or a JSON
+    mapping of drafters to their options, merged in order: ``["ngram.max_depth=6", '{"hydra": {"tree":
+    "static"}}']`` -> {"ngram": {"max_depth": 6}, "hydra": {"tree": "static"}}."""
     options: dict[str, dict] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
+    for item in items:
+        if item.lstrip().startswith("{"):
+            try:
+                mapping = json.loads(item)
+            except ValueError as error:
+                raise ValueError(f"{item!r}: not a JSON mapping ({error})") from None
+            if not all(isinstance(values, dict) for values in mapping.values()):
+                raise ValueError(f"{item!r}: expected {{DRAFTER: {{OPTION: VALUE}}}}")
+            for drafter, values in mapping.items():
+                options.setdefault(drafter, {}).update(values)
+            continue
+        key, sep, raw = item.partition("=")
         drafter, dot, name = key.partition(".")
         if not (sep and dot and drafter and name):
-            raise ValueError(f"{pair!r}: expected DRAFTER.OPTION=VALUE")
+            raise ValueError(f"{item!r}: expected DRAFTER.OPTION=VALUE or a JSON mapping")
         options.setdefault(drafter, {})[name] = literal(raw)
     return options
 
@@ -136,24 +149,33 @@ def normalise(config: Any) -> None:
             raise SpecbenchError(f"{opt.flag_of(name)} {problem}")
 
 
-def add_options(parser: argparse.ArgumentParser, config: type, names: tuple[str, ...] | None = None) -> None:
-    """Add the config's options (``names``, or every one) to ``parser``, with the config's defaults. Flags
-    take text; the config parses it, so the command line and the API accept the same values."""
+def add_options(parser: argparse.ArgumentParser, config: type, names: tuple[str, ...] | None = None,
+                explicit_only: bool = False) -> None:
+    """Add the config's options (``names``, or every one) to ``parser``. Flags take text; the config parses
+    it, so the command line and the API accept the same values. With ``explicit_only`` an option not given
+    stays out of the parsed arguments (so a config file or preset can supply it: `given` returns only what
+    was typed); otherwise it takes the config's default."""
     defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
                 for f in dataclasses.fields(config)}
     for name, opt in declared(config).items():
         if names is not None and name not in names:
             continue
-        common = {"dest": name, "help": opt.help, "default": defaults[name]}
-        if isinstance(defaults[name], bool):
+        default = defaults[name]
+        shown = "" if default in (None, [], {}, "", False) or "default" in opt.help else f" (default: {_text(default)})"
+        common = {"dest": name, "help": opt.help + shown if explicit_only else opt.help,
+                  "default": argparse.SUPPRESS if explicit_only or opt.repeatable else default}
+        if isinstance(default, bool):
             parser.add_argument(opt.flag_of(name), action=argparse.BooleanOptionalAction, **common)
-        elif opt.repeatable:  # None when never given: `given` leaves the config's default
-            parser.add_argument(opt.flag_of(name), action="append", metavar=opt.metavar, **(common | {"default": None}))
+        elif opt.repeatable:  # never given: `given` leaves the config's default
+            parser.add_argument(opt.flag_of(name), action="append", metavar=opt.metavar, **common)
         else:
             parser.add_argument(opt.flag_of(name), choices=opt.choices, metavar=opt.metavar, **common)
 
 
 def given(args: argparse.Namespace, config: type) -> dict[str, Any]:
     """The config's options that ``args`` holds (a command adds some of them)."""
-    return {name: getattr(args, name) for name, opt in declared(config).items()
-            if hasattr(args, name) and not (opt.repeatable and getattr(args, name) is None)}
+    return {name: getattr(args, name) for name in declared(config) if hasattr(args, name)}
+
+
+def _text(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -22,6 +22,7 @@ import torch
 from specbench import kv
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
+from specbench.hub import hub_snapshot, is_hub_id
 from specbench.linear import chosen_kernel, use_kernel
 from specbench.placement import check_device_map, placement_plan
 from specbench.tree import DraftTree
@@ -121,13 +122,20 @@ class ModelSource:
     sha256: str  # GGUF file hash, or directory fingerprint
 
 
+MODEL_FORMS = "a model directory, a .gguf file, a Hugging Face Hub id, 'default' or 'gemma3'"
+
+
 def resolve_model(spec: str) -> ModelSource:
+    """``--model``: a packaged model by name, a GGUF file, a model directory, or a Hub id (`specbench.hub`)."""
     if spec in NAMED_MODELS:
         path = NAMED_MODELS[spec]()
+    elif is_hub_id(spec):
+        path = hub_snapshot(spec, "--model")
+        return ModelSource(spec.rsplit("/", 1)[1], path, directory_fingerprint(path))
     else:
         path = Path(spec).expanduser()
         if not path.exists():
-            raise SpecbenchError(f"model not found: {spec} (give a model directory, a .gguf file, 'default' or 'gemma3')")
+            raise SpecbenchError(f"model not found: {spec} (give {MODEL_FORMS})")
     if path.is_file():
         if path.suffix != ".gguf":
             raise SpecbenchError(f"model file {path} is not a .gguf file; give a GGUF file or a model directory")

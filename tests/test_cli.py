@@ -124,7 +124,7 @@ def test_every_flag_has_help_and_shows_its_default():
                 continue
             assert action.help, f"{name} {action.option_strings or action.dest} has no help"
             shown = _Help(name)._get_help_string(action)
-            if action.option_strings and action.default not in (None, False, []):
+            if action.option_strings and action.default not in (None, False, [], argparse.SUPPRESS):
                 assert "default" in shown, f"{name} {action.option_strings} hides its default"
 
 

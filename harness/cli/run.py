@@ -18,7 +18,7 @@ REPLAY_BUDGETS = "1,2,3,4,6,8,12,16,24,32"
 
 
 def run_arguments(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, RunConfig)
+    add_options(parser, RunConfig, explicit_only=True)  # under them: --config FILE, then --preset
     add_progress_flag(parser)
 
 
@@ -26,7 +26,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specbench.harness.runner import Run
     from specbench.reports.summary import format_table, write_summary
 
-    config = RunConfig(**given(args, RunConfig))
+    config = RunConfig.from_layers(given(args, RunConfig))
     run = Run(config, progress=not args.no_progress)
     try:
         out = run.execute()
