@@ -30,9 +30,9 @@ MODEL_HELP = ("'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a mod
 DTYPES = ("float32", "bfloat16", "float16")
 #: the options `run` shares with `replay` (the target, where it runs, the drafters and the questions)
 WORKLOAD = ("model", "drafters", "bench", "categories", "limit", "max_new_tokens", "device", "device_map", "dtype",
-            "template", "threads", "drafter_options")
+            "template", "threads", "drafter_options", "regime")
 #: the options every command that loads the target shares
-TARGET = ("model", "device", "device_map", "dtype", "threads")
+TARGET = ("model", "device", "device_map", "dtype", "threads", "regime")
 #: published protocols' settings; a run's own options override them (`RunConfig.from_layers`)
 PRESETS = {
     # Spec-Bench's leaderboard (hemingkx/Spec-Bench, evaluation/*.sh): its 480 questions, fp16, 1,024 new
@@ -73,6 +73,9 @@ class RunConfig:
     dtype: str = option("float32", "the target's dtype", choices=DTYPES)
     device_map: str | None = option(None, "auto: spread the target over every visible GPU with accelerate "
                                     "(give --device cuda)", choices=STRATEGIES)
+    regime: str = option("eager", "how the target verifies: eager (default; dynamic cache, eager forwards, the field's "
+                         "convention) or compiled (static KV cache, trees padded to buckets 1-64, the verify forward "
+                         "compiled per bucket: CUDA graphs on a GPU, inductor on a CPU)", choices=("eager", "compiled"))
     template: str | None = option(None, "FastChat conversation template for models without a chat template")
     seed: int = option(0, "seed of the sampled runs' random streams (one per turn, recorded in the answers; "
                        "greedy runs do not depend on it)", parse=integer)

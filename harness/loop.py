@@ -6,6 +6,10 @@ the acceptance rule + KV commit + drafter.accept (accept); emit accepted tokens 
 samples from one seeded CPU generator per sequence, so a sampled turn is reproduced from its seed.
 Tokens are counted from ids, the same way for every drafter: up to and including EOS, capped at
 ``max_new_tokens``; the root chosen at prefill is the first new token.
+
+The regime (`TargetModel.use_regime`) picks the target's verify forward and cache, not the loop: in the
+compiled regime the cache is static (room reserved for the turn), the tree step also computes the greedy
+choice on the device, and `verify_step` reads it back instead of walking the tree.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from specbench.model import TargetModel
 from specbench.results import Step
 from specbench.timing import StageTimer, wall_clock
 from specbench.sampling import Sampling
-from specbench.verify import make_rule
+from specbench.verify import make_rule, verify_step
 
 
 @dataclass
@@ -72,6 +76,7 @@ def generate(
 
     start = wall_clock(target.device)
     cache = target.new_cache()
+    kv.reserve(cache, prompt_len + max_new_tokens, budget)  # a static cache's storage for the whole turn
     with timer.stage("prefill"):
         logits, hidden = target.prefill(buffer[:prompt_len], cache)  # logits [V], hidden [L, H]
         root = rule.first_token(logits)
@@ -93,7 +98,7 @@ def generate(
         with timer.stage("verify"):
             logits, hidden_nodes = target.forward_tree(tree, cache)  # [n, V], [n, H]
         with timer.stage("accept"):
-            outcome = rule.verify(tree, logits, hidden_nodes)
+            outcome = verify_step(rule, tree, logits, hidden_nodes, kv.selection(cache))
             kv.commit_path(cache, past, outcome.path, len(tree))
             drafter.accept(outcome)
 

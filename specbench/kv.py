@@ -6,13 +6,17 @@ after the prefix, and drops the rest, so the cache again equals what sequential 
 
 The cache is a transformers ``DynamicCache`` built without a config, so every layer is a plain
 ``DynamicLayer`` holding ``keys`` / ``values`` of shape [batch, kv_heads, seq, head_dim] (sliding-window
-models get their window from the attention mask instead; see `specbench.model`).
+models get their window from the attention mask instead; see `specbench.model`). The compiled regime's
+cache, `specbench.static_cache.TreeStaticCache`, is preallocated; the functions below hand it to its own
+methods (device moves, no reallocation).
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+
+from specbench.static_cache import TreeStaticCache, bucket_of
 
 
 def new_cache() -> DynamicCache:
@@ -21,7 +25,22 @@ def new_cache() -> DynamicCache:
 
 
 def cached_length(cache: DynamicCache) -> int:
+    if isinstance(cache, TreeStaticCache):
+        return cache.past
     return cache.get_seq_length()
+
+
+def reserve(cache, positions: int, budget: int) -> None:
+    """Make room for ``positions`` tokens plus a tree of ``budget`` nodes padded to its bucket: a static
+    cache grows (rarely, see `TreeStaticCache.reserve`); a dynamic one grows by itself."""
+    if isinstance(cache, TreeStaticCache):
+        cache.reserve(positions + bucket_of(budget))
+
+
+def selection(cache) -> torch.Tensor | None:
+    """The device's greedy choice for the tree step in a static cache's tail (LongTensor[2]: best node,
+    bonus; `specbench.verify.greedy_select`), or None (a dynamic cache: the rule reads the logits)."""
+    return cache.selection if isinstance(cache, TreeStaticCache) else None
 
 
 @torch.inference_mode()  # the cache tensors come from inference-mode forwards; update them in kind
@@ -32,6 +51,9 @@ def commit_path(cache: DynamicCache, past_len: int, path: list[int], n_nodes: in
     Fast paths: when the path is a prefix of node order (always for vanilla and chains) the slots are
     already in place and only the tail is cut; when it is every node, nothing changes.
     """
+    if isinstance(cache, TreeStaticCache):
+        cache.commit(past_len, path, n_nodes)
+        return
     kept = len(path)
     in_place = path == list(range(kept))
     if in_place and kept == n_nodes:

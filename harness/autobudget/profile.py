@@ -7,7 +7,8 @@ shapes (a chain, as ngram and CTC beams draft, and a bushy tree, as Medusa/Hydra
 each the median of repeats against a fixed cached prefix.
 
 A profile is keyed by everything that changes the numbers (model hash, device name, dtype, torch threads,
-torch version), cached under ``$SPECBENCH_CACHE/profiles/`` and written into each run's manifest. It is a
+torch version, linear kernel, regime: eager or compiled, `TargetModel.use_regime`), cached under
+``$SPECBENCH_CACHE/profiles/`` and written into each run's manifest. It is a
 small JSON file, so one measured elsewhere can be passed with ``--profile FILE`` to predict speedups on
 hardware the reader does not have.
 """
@@ -166,15 +167,17 @@ def profile_key(target, threads: int | None = None) -> dict:
     return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
             "device": device.type if spread == 1 else f"{device.type}x{spread}", "device_name": name, "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
-            "linear": getattr(target, "linear_kernel", "torch")}
+            "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")}
 
 
 def cache_path(key: dict, root: Path) -> Path:
-    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>].json``
-    (the kernel named unless it is torch's own, `specbench.linear`)."""
+    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>].json``
+    (the kernel named unless it is torch's own, `specbench.linear`; the regime unless it is eager, so eager
+    profiles keep their names)."""
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
                    f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
-                   f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else ""))
+                   f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else "")
+                   + (f"-{key['regime']}" if key.get("regime", "eager") != "eager" else ""))
     return root / "profiles" / f"{safe}.json"
 
 

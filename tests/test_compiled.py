@@ -1,0 +1,196 @@
+"""The compiled regime (issue 42): static cache, trees padded to buckets, greedy acceptance on the device.
+
+Most checks run the static code path without compiling it (``use_regime("compiled", compile=False)``: the
+same cache, padding, masks and device rule, eagerly), which costs what the eager tests cost; a few tiny
+cases go through ``torch.compile`` (inductor on the CPU), on one module-wide target so each bucket's graph
+is compiled once for the module.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
+from specbench import DraftTree, Drafter
+from specbench import static_cache
+from specbench.errors import SpecbenchError
+from specbench.harness.loop import generate
+from specbench.registry import available_drafters, create_drafter
+from specbench.static_cache import BUCKETS, TreeStaticCache, bucket_of, pad_tree, unpack_tree
+from specbench.verify import greedy_path, greedy_select
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+REGISTERED = sorted(available_drafters())
+BUDGETS = (1, 3, 16)  # 3 is padded to 4
+
+
+@pytest.fixture
+def static_regime(tiny_target):
+    """``tiny_target`` in the compiled regime's static path (not compiled), put back to eager afterwards."""
+    tiny_target.use_regime("compiled", compile=False, min_capacity=128)
+    yield tiny_target
+    tiny_target.use_regime("eager")
+
+
+def random_tree(rng: random.Random, n: int, vocab: int = EOS) -> DraftTree:
+    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
+    return DraftTree(torch.tensor([rng.randrange(vocab) for _ in parents]), torch.tensor(parents))
+
+
+# ---- the pieces ------------------------------------------------------------------------------------------
+def test_buckets():
+    assert [bucket_of(n) for n in (1, 2, 3, 4, 5, 16, 17, 64, 65)] == [1, 2, 4, 4, 8, 16, 32, 64, 128]
+    assert BUCKETS == (1, 2, 4, 8, 16, 32, 64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 20), seed=st.integers(0, 10**6), extra=st.integers(0, 12))
+def test_device_rule_equals_the_greedy_rule(n, seed, extra):
+    """`greedy_select` over a padded tree chooses `greedy_path`'s node and bonus, whatever the target's
+    argmax (drawn from the tree's own tokens so that paths really get accepted); padding is never chosen."""
+    rng = random.Random(seed)
+    tree = random_tree(rng, n, vocab=4)
+    bucket = n + extra
+    tokens, parents, _, valid, ancestors = unpack_tree(pad_tree(tree, bucket))
+    argmax = [rng.randrange(4) for _ in range(bucket)]
+    best, bonus = greedy_select(tokens, parents, ancestors, valid, torch.tensor(argmax)).tolist()
+    path = greedy_path(tree, argmax[:n])
+    assert tree.path_to(best) == path and bonus == argmax[path[-1]]
+
+
+def test_padding_is_unreachable():
+    """No real node has a padding node among its ancestors, and padding nodes are not valid."""
+    tree = random_tree(random.Random(0), 5)
+    _, _, _, valid, ancestors = unpack_tree(pad_tree(tree, 8))
+    assert valid.tolist() == [True] * 5 + [False] * 3
+    assert not ancestors[:5, 5:].any()
+    assert torch.equal(ancestors[:5, :5], tree.ancestor_mask())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), steps=st.integers(1, 6))
+def test_static_commit_equals_dynamic_commit(seed, steps):
+    """Step for step, the same K/V rows written and the same path committed leave the static cache's
+    prefix equal to the dynamic cache (`specbench.kv`) exactly."""
+    from specbench import kv
+
+    config = build_tiny_model("llama").config
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    layers, heads, dim = config.num_hidden_layers, config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    dynamic, static = kv.new_cache(), TreeStaticCache(config, 64, "cpu", torch.float32)
+    past = rng.randrange(1, 8)
+    prefix = [(torch.randn(1, heads, past, dim, generator=gen), torch.randn(1, heads, past, dim, generator=gen))
+              for _ in range(layers)]
+    for i, (k, v) in enumerate(prefix):
+        dynamic.update(k, v, i)
+        static.layers[i].update(k, v)
+    static.set_length(past)
+    for _ in range(steps):
+        n = rng.randrange(1, 12)
+        tree, bucket = random_tree(rng, n), bucket_of(n)
+        path = tree.path_to(rng.randrange(n))
+        for i in range(layers):
+            k, v = torch.randn(1, heads, bucket, dim, generator=gen), torch.randn(1, heads, bucket, dim, generator=gen)
+            dynamic.update(k[:, :, :n], v[:, :, :n], i)  # the dynamic cache holds the real nodes only
+            static.layers[i].update(k, v)  # the static one the whole bucket, padding included
+        static.bucket = bucket
+        kv.commit_path(dynamic, past, path, n)
+        kv.commit_path(static, past, path, n)
+        past += len(path)
+        assert kv.cached_length(static) == kv.cached_length(dynamic) == past == int(static.length)
+        for layer, (keys, values) in zip(dynamic.layers, static.committed()):
+            assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+
+
+# ---- the static path, every drafter ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", REGISTERED)
+def test_every_drafter_in_the_static_path_equals_greedy(static_regime, reference, drafter_for, name):
+    drafter = drafter_for(name, static_regime)
+    for budget in BUDGETS:
+        for prompt in PROMPTS[:2]:
+            result = generate(static_regime, drafter, prompt, 24, budget)
+            assert result.output_ids == reference(prompt, 24), (name, budget)
+
+
+def test_a_planted_acceptable_padding_node_is_caught(static_regime, reference, monkeypatch):
+    """Padding made acceptable (valid, under the root, carrying the true next token, at the root's
+    position) is chosen by the device rule, and the step refuses the choice (a node the tree lacks)."""
+    prompt = PROMPTS[0]
+    ref = reference(prompt, 24)
+    truth = {}
+
+    class WrongSiblings(Drafter):  # two wrong children of the root: 3 nodes, padded to 4
+        def propose(self, ctx):
+            truth["next"] = ref[len(ctx.tokens) - len(prompt)] if len(ctx.tokens) - len(prompt) < len(ref) else 0
+            return DraftTree(torch.tensor([ctx.root, (truth["next"] + 1) % EOS, (truth["next"] + 2) % EOS]),
+                             torch.tensor([-1, 0, 0]))
+
+    assert generate(static_regime, WrongSiblings(), prompt, 24, 3).output_ids == ref
+    real_pad = static_cache.pad_tree
+
+    def planted(tree, bucket):
+        packed = real_pad(tree, bucket)
+        for i in range(len(tree), bucket):
+            packed[i, 0], packed[i, 3], packed[i, static_cache.PACKED_FIELDS] = truth["next"], 1, 1
+        return packed
+
+    monkeypatch.setattr(static_cache, "pad_tree", planted)
+    with pytest.raises(SpecbenchError, match="a padding node was accepted"):
+        generate(static_regime, WrongSiblings(), prompt, 24, 3)
+
+
+# ---- compiled (inductor), tiny cases -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def compiled_target():
+    target = make_target(build_tiny_model("llama"))
+    target.use_regime("compiled", min_capacity=128)
+    return target
+
+
+@pytest.fixture(scope="module")
+def eager_twin():
+    return make_target(build_tiny_model("llama"))
+
+
+COMPILED_CASES = [("vanilla", 1), ("ngram", 3), ("ngram", 16), ("medusa", 3)]
+
+
+@pytest.mark.parametrize("name,budget", COMPILED_CASES, ids=[f"{n}@{b}" for n, b in COMPILED_CASES])
+def test_compiled_ids_equal_greedy_and_eager(compiled_target, eager_twin, drafter_for, name, budget):
+    drafter = drafter_for(name, compiled_target)
+    twin = drafter_for(name, eager_twin)
+    for prompt in PROMPTS[1:3]:
+        compiled = generate(compiled_target, drafter, prompt, 16, budget)
+        eager = generate(eager_twin, twin, prompt, 16, budget)
+        assert compiled.output_ids == plain_greedy(compiled_target.model, prompt, 16, compiled_target.eos_ids)
+        assert compiled.output_ids == eager.output_ids
+        assert compiled.accept_lengths == eager.accept_lengths
+
+
+def test_recompiles_stay_bounded(compiled_target, drafter_for):
+    """Once a bucket's graph exists, further sequences (other prompts, lengths, trees) compile nothing."""
+    from torch._dynamo.utils import counters
+
+    drafter = drafter_for("ngram", compiled_target)
+    for prompt in PROMPTS:
+        generate(compiled_target, drafter, prompt, 16, 3)
+    before = counters["stats"]["unique_graphs"]
+    for prompt in PROMPTS:
+        generate(compiled_target, drafter, prompt, 20, 3)
+    assert counters["stats"]["unique_graphs"] == before
+    assert set(compiled_target._steps) <= {1, 2, 4, 16}
+
+
+def test_bad_regime_is_one_line_and_exit_2(capsys):
+    from specbench.harness.cli import main
+
+    assert main(["run", "--regime", "fast"]) == 2
+    assert capsys.readouterr().err.strip() == ("specbench: error: argument --regime: invalid choice: 'fast' "
+                                               "(choose from 'eager', 'compiled')")
