@@ -71,6 +71,7 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                         "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None,
                         "placement": placement_summary(target)},
         "profile": run_profile(config, target),
+        "regime": target.regime_record(),  # eager or compiled (static cache, buckets, compile mode)
         "budgets": {name: choice.to_json() for name, choice in budgets.items()},  # what each drafter ran at, and why
         "calibration": calibration,
     }
@@ -176,6 +177,7 @@ class Run:
         if config.threads:
             torch.set_num_threads(config.threads)
         target = self.target or load_target(config.model, self.device, config.dtype, config.device_map)
+        target.use_regime(config.regime)  # eager (default) or compiled: the target's verify forward and cache
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
         shard = self.shard
