@@ -24,7 +24,8 @@ from specbench.registry import available_drafters, create_drafter
 from specbench.static_cache import BUCKETS, TreeStaticCache, bucket_of, pad_tree, unpack_tree
 from specbench.verify import greedy_path, greedy_select
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = [pytest.mark.usefixtures("single_thread"),  # inductor's import warns about torch.jit
+              pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")]
 
 REGISTERED = sorted(available_drafters())
 BUDGETS = (1, 3, 16)  # 3 is padded to 4
@@ -185,7 +186,7 @@ def test_recompiles_stay_bounded(compiled_target, drafter_for):
     for prompt in PROMPTS:
         generate(compiled_target, drafter, prompt, 20, 3)
     assert counters["stats"]["unique_graphs"] == before
-    assert set(compiled_target._steps) <= {1, 2, 4, 16}
+    assert set(compiled_target._steps) <= {1, 2, 4, 8, 16}  # at most one graph per bucket up to 16 nodes
 
 
 def test_bad_regime_is_one_line_and_exit_2(capsys):
