@@ -12,15 +12,14 @@ import random
 
 import pytest
 import torch
+from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
-from specbench import DraftTree, Drafter
-from specbench import static_cache
+from specbench import Drafter, DraftTree, static_cache
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
-from specbench.registry import available_drafters, create_drafter
+from specbench.registry import available_drafters
 from specbench.static_cache import BUCKETS, TreeStaticCache, bucket_of, pad_tree, unpack_tree
 from specbench.verify import greedy_path, greedy_select
 
