@@ -73,6 +73,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         torch.set_num_threads(config.threads)
     check_device(config.device)
     target = load_target(config.model, config.device, config.dtype, config.device_map)
+    target.use_regime(config.regime)  # a compiled profile times the compiled tree steps
     path = cache_path(profile_key(target), cache_root())
     if path.exists() and not args.force:
         profile = load_profile(path)
@@ -120,6 +121,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     target = load_target(config.model, config.device, config.dtype, config.device_map)
+    target.use_regime(config.regime)  # replay runs the drafters; their draft cost is what it times
     prompts = PromptBuilder(target.tokenizer, config.template)
     recorded, stored_at = replay_trajectories(target, prompts, questions, config.max_new_tokens, config.template,
                                               cache_root())
