@@ -23,6 +23,7 @@ import torch
 from specbench import __version__
 from specbench.errors import SpecbenchError
 from specbench.harness import distributed
+from specbench.harness.attribution import Attribution, attribute_run, fp32_target
 from specbench.harness.autobudget import resolve_budgets
 from specbench.harness.autobudget.profile import resolve_profile
 from specbench.harness.autobudget.spec import BudgetChoice, create_entry
@@ -217,7 +218,20 @@ class Run:
                 bar.update(1)
         bar.close()
         self._merge()
+        if self.is_main and config.sampling.greedy:  # after every timed turn: the re-score cannot perturb timing
+            self.attribution = self._attribute(target, prompts)
         return self.out
+
+    def _attribute(self, target: TargetModel, prompts: PromptBuilder) -> Attribution:
+        """Re-score the turns whose ids differ from vanilla's in fp32 (`harness.attribution`): an fp32 copy of
+        the target is loaded once, and only if some turn differs and the run's dtype is not fp32."""
+        config = self.config
+        loaded_here = self.target is None  # loaded from --model: load it again in fp32 from the same source
+
+        def scorer() -> TargetModel:
+            return fp32_target(target, config.model if loaded_here else None, self.device, config.device_map)
+
+        return attribute_run(self.out, scorer, prompts, self.questions)  # says on stderr what it re-scores
 
     def _merge(self) -> None:
         """After every rank has finished: rank 0 merges the rank files into ``answers/`` (also when a single

@@ -3,7 +3,14 @@ answer files alone (never from a model), with the formulas of `specbench.metrics
 
 Stage shares are fractions of *decode* time (turn wall time minus prefill): draft + transform + verify +
 accept + other = 1. They are empty for runs recorded with ``--no-breakdown``.
-``equal_to_vanilla`` is the fraction of (question, turn) pairs whose ids equal vanilla's.
+``equal_to_vanilla`` is the fraction of (question, turn) pairs whose ids equal vanilla's, computed from the
+output ids of both (never from the records' claims, which `specbench.results.load_run` checks against the
+ids). ``turns``, ``equal_turns``, ``near_tie_turns``, ``mismatch_turns`` and ``unattributed_turns`` count
+those turns by how they compare (docs/decisions.md, "Divergence attribution"): equal ids; different ids
+explained by rounding (the fp32 margin within the bound of the run's dtype); different beyond it (a bug,
+flagged by `warnings`); different and not yet re-scored (`specbench attribute RUN`). ``max_over_bound`` is
+the largest margin-or-deficit / bound of the divergent turns (above 1: a mismatch). All are empty for
+sampled runs, whose ids are not compared.
 ``temperature``, ``verify`` and ``lossless`` say how the drafter's answers were sampled and verified
 (records from before sampling existed count as greedy). ``tree_budget`` is the budget the drafter ran at (empty for records that predate it; the largest if
 records of one drafter disagree, which only hand-merged runs can do).
@@ -18,7 +25,8 @@ import pandas as pd
 
 from specbench import metrics
 from specbench.errors import SpecbenchError
-from specbench.results import BASELINE, SUMMARY, Answer, drafter_order, load_run
+from specbench.results import (BASELINE, EQUAL, MISMATCH, NEAR_TIE, SUMMARY, UNATTRIBUTED, Answer, drafter_order,
+                               load_run, turn_outcomes)
 from specbench.sampling import Sampling
 
 COLUMNS = [
@@ -26,7 +34,10 @@ COLUMNS = [
     "wall_s", "tokens_per_s", "tau", "speedup",
     "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
+    "turns", "equal_turns", "near_tie_turns", "mismatch_turns", "unattributed_turns", "max_over_bound",
 ]
+OUTCOME_COLUMNS = {EQUAL: "equal_turns", NEAR_TIE: "near_tie_turns", MISMATCH: "mismatch_turns",
+                   UNATTRIBUTED: "unattributed_turns"}
 STAGE_SHARES = ("draft", "transform", "verify", "accept")
 OVERALL = "overall"
 
@@ -34,8 +45,13 @@ OVERALL = "overall"
 def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
     """One row per (drafter, question): totals over turns, accept lengths and stage totals."""
     rows = []
+    reference = {record.question_id: record for record in runs.get(BASELINE, [])}
     for drafter, records in runs.items():
         for record in records:
+            outcomes = turn_outcomes(record, reference.get(record.question_id))
+            known = None not in outcomes
+            over = [entry.get("over_bound") for entry, outcome in zip(record.attribution or [], outcomes)
+                    if outcome in (NEAR_TIE, MISMATCH) and entry.get("over_bound") is not None]
             sampling = Sampling.from_json(record.sampling)
             stages = dict.fromkeys(STAGE_SHARES, 0.0)
             timed = True
@@ -60,8 +76,9 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
                     "wall_s": sum(record.wall_time),
                     "accept_lengths": record.accept_lengths,
                     "turns": len(record.turns),
-                    "equal_turns": np.nan if record.equal_to_vanilla is None
-                    else sum(d is None for d in record.first_divergence),
+                    **{column: outcomes.count(outcome) if known else np.nan
+                       for outcome, column in OUTCOME_COLUMNS.items()},
+                    "max_over_bound": max(over) if over else np.nan,
                     "prefill_ms": sum(prefill) if timed else np.nan,
                     **{f"{name}_ms": (stages[name] if timed else np.nan) for name in STAGE_SHARES},
                 }
@@ -75,6 +92,7 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
     decode_ms = wall * 1000.0 - rows["prefill_ms"].sum()
     shares = {f"{name}_share": rows[f"{name}_ms"].sum() / decode_ms for name in STAGE_SHARES}
     timed = not rows["prefill_ms"].isna().any()
+    compared = rows["equal_turns"].notna().all()
     if not timed:
         shares = dict.fromkeys(shares, np.nan)
     other = 1.0 - sum(shares.values()) if timed else np.nan
@@ -90,7 +108,10 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
         "wall_s": wall,
         "tokens_per_s": rows["new_tokens"].sum() / wall,
         "tau": metrics.tau(lengths),
-        "equal_to_vanilla": rows["equal_turns"].sum() / rows["turns"].sum() if rows["equal_turns"].notna().all() else np.nan,
+        "equal_to_vanilla": rows["equal_turns"].sum() / rows["turns"].sum() if compared else np.nan,
+        "turns": int(rows["turns"].sum()),
+        **{column: int(rows[column].sum()) if compared else np.nan for column in OUTCOME_COLUMNS.values()},
+        "max_over_bound": rows["max_over_bound"].max(),
         "prefill_ms": rows["prefill_ms"].sum() / rows["turns"].sum() if timed else np.nan,
         **shares,
         "other_share": other,
@@ -140,4 +161,44 @@ def format_table(summary: pd.DataFrame, overall_only: bool = False) -> str:
         columns[2:2] = ["temperature", "verify", "lossless"]
     if view["other_share"].notna().any():
         columns += ["draft_share", "transform_share", "verify_share", "accept_share", "other_share"]
-    return view[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    text = view[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    lines = [*divergence_lines(summary), *warnings(summary)]
+    return "\n".join([text, *lines])
+
+
+def _overall(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[(summary["category"] == OVERALL) & (summary["drafter"] != BASELINE)
+                   & summary["equal_turns"].notna()]
+
+
+def divergence_lines(summary: pd.DataFrame) -> list[str]:
+    """One line per drafter whose ids were compared: how its turns compare with vanilla's."""
+    lines = []
+    for _, row in _overall(summary).iterrows():
+        line = (f"ids vs vanilla, {row['drafter']}: {int(row['equal_turns'])} equal, {int(row['near_tie_turns'])} "
+                f"near-tie, {int(row['mismatch_turns'])} mismatch of {int(row['turns'])} turns")
+        if row["unattributed_turns"]:
+            line += f", {int(row['unattributed_turns'])} divergent not attributed"
+        if not np.isnan(row["max_over_bound"]):
+            line += f" (largest margin / bound {row['max_over_bound']:.2f})"
+        lines.append(line)
+    return lines
+
+
+def warnings(summary: pd.DataFrame) -> list[str]:
+    """The loud lines: drafters with mismatches (ids differ from vanilla's beyond rounding: a bug until shown
+    otherwise), and divergent turns nothing has attributed yet."""
+    overall = _overall(summary)
+    out = []
+    bad = overall[overall["mismatch_turns"] > 0]
+    for _, row in bad.iterrows():
+        out.append(f"WARNING: {row['drafter']}: {int(row['mismatch_turns'])} of {int(row['turns'])} turns MISMATCH "
+                   f"vanilla beyond rounding (fp32 margin or token deficit over the bound of the run's dtype; "
+                   f"largest {row['max_over_bound']:.1f}x the bound): its output is not the target's greedy "
+                   f"output; look for a bug (answers/*.jsonl 'attribution' names the turns)")
+    pending = overall[overall["unattributed_turns"] > 0]
+    if len(pending):
+        out.append(f"WARNING: {int(pending['unattributed_turns'].sum())} turns of "
+                   f"{', '.join(pending['drafter'])} differ from vanilla's and are not attributed; "
+                   f"`specbench attribute RUN_DIR` re-scores them (near-tie or mismatch)")
+    return out

@@ -143,7 +143,38 @@ def category_table(data: pd.DataFrame) -> Table:
             "share of (question, turn) outputs identical to vanilla's, token for token. Drafted: share of steps where "
             "the drafter proposed anything. αd: acceptance at depth d "
             "given depth d-1 was accepted, over steps that proposed depth d. Turn rows: every question's turn alone.")
+    note += "".join(" " + line for line in mismatch_warnings(data))
     return Table("by_category", "Per drafter and category", data, display, note)
+
+
+# ---- ids against vanilla's -------------------------------------------------------------------------------
+IDS_COUNTS = ("equal_turns", "near_tie_turns", "mismatch_turns", "unattributed_turns")
+
+
+def ids_cell(row: pd.Series | None) -> str:
+    """``equal / near-tie / mismatch`` turns of one drafter (overall row), marked when any is a mismatch or
+    not attributed; ``ref`` for vanilla, a dash where ids are not compared (sampled runs)."""
+    if row is None or any(isinstance(row[c], float) and math.isnan(row[c]) for c in IDS_COUNTS):
+        return DASH
+    if row["drafter"] == BASELINE:
+        return "ref"
+    equal, near, mismatch, pending = (int(row[c]) for c in IDS_COUNTS)
+    cell = f"{equal} / {near} / {mismatch}"
+    if not math.isnan(row["max_over_bound"]):
+        cell += f" (max {row['max_over_bound']:.2f})"
+    if pending:
+        cell += f" +{pending} unattributed"
+    return cell + (" MISMATCH" if mismatch else "")
+
+
+def mismatch_warnings(summary: pd.DataFrame, label: str = "") -> list[str]:
+    """One loud sentence per drafter with mismatch turns (overall rows of a summary)."""
+    rows = summary[(summary["category"] == OVERALL) & (summary["mismatch_turns"] > 0)]
+    where = f" ({label})" if label else ""
+    return [f"WARNING{where}: {row['drafter']} has {int(row['mismatch_turns'])} MISMATCH turn(s) of "
+            f"{int(row['turns'])}: its ids differ from vanilla's beyond the rounding bound of the run's dtype "
+            f"(largest {row['max_over_bound']:.1f}x the bound), so its output is not the target's greedy output."
+            for _, row in rows.iterrows()]
 
 
 # ---- paper-style tables ------------------------------------------------------------------------------------
@@ -161,6 +192,7 @@ def paper_table(runs: list[RunResults], summaries: dict[str, pd.DataFrame]) -> T
     overall = {run.label: summaries[run.label][summaries[run.label]["category"] == OVERALL] for run in runs}
     budgets = {b for rows in overall.values() for d, b in zip(rows["drafter"], rows["tree_budget"])
                if d != BASELINE and not math.isnan(b)}
+    compared = [run for run in runs if overall[run.label]["equal_turns"].notna().any()]  # greedy runs
     data_rows, shown = [], []
     for drafter in drafters:
         numbers, cells = {"drafter": drafter}, {"Drafter": drafter}
@@ -173,6 +205,11 @@ def paper_table(runs: list[RunResults], summaries: dict[str, pd.DataFrame]) -> T
             cells[run.label] = _speedup_tau(speedup, tau)
             if len(budgets) > 1 and drafter != BASELINE and not math.isnan(budget):
                 cells[run.label] += f" (b{int(budget)})"
+        for run in compared:  # after every run's speedup column, so those read as before
+            row = overall[run.label][overall[run.label]["drafter"] == drafter]
+            row = row.iloc[0] if len(row) else None
+            numbers |= {f"{run.label} {c}": (np.nan if row is None else row[c]) for c in (*IDS_COUNTS, "max_over_bound")}
+            cells[f"{run.label}: ids equal / near-tie / mismatch"] = ids_cell(row)
         data_rows.append(numbers)
         shown.append(cells)
     budget_note = (f" Every drafter ran at tree budget {budgets.pop()}." if len(budgets) == 1 else
@@ -180,6 +217,14 @@ def paper_table(runs: list[RunResults], summaries: dict[str, pd.DataFrame]) -> T
     note = ("Overall speedup over vanilla / τ (mean tokens per step), all categories and turns; one column per run."
             + budget_note + " Sampling and verification: "
             + "; ".join(f"{run.label}: {run.sampling_label}" for run in runs) + ".")
+    if compared:
+        note += (" Ids equal / near-tie / mismatch: turns whose output ids equal vanilla's; differ within the "
+                 "rounding bound of the run's dtype (the fp32 margin at the first divergence and every emitted "
+                 "token's fp32 deficit; docs/decisions.md, 'Divergence attribution'); differ beyond it (a bug "
+                 "until shown otherwise). (max r): the largest margin or deficit over its bound; unattributed: "
+                 "divergent turns not re-scored yet (`specbench attribute RUN`).")
+        note += "".join(" " + line for run in compared for line in
+                        mismatch_warnings(overall[run.label], run.label if len(runs) > 1 else ""))
     return Table("paper", "Speedup / τ", pd.DataFrame(data_rows), pd.DataFrame(shown), note)
 
 

@@ -13,10 +13,15 @@ schema (its ``evaluation/speed.py`` and ``equal.py`` read it unchanged)::
                prefill_ms[turn], wall_time_repeats[turn]}],
     equal_to_vanilla, first_divergence[turn], tree_budget (the budget this drafter ran at),
     sampling {temperature, top_p, top_k, verify (the rule), lossless, typical_epsilon/delta (typical only)},
-    seeds[turn] (each turn's random-stream seed; sampled runs only)
+    seeds[turn] (each turn's random-stream seed; sampled runs only),
+    attribution[turn] (greedy runs: {status: equal | near-tie | mismatch, and for a divergent turn the
+                       fp32 margin, bound and largest token deficit; `specbench.harness.attribution`})
 
 ``equal_to_vanilla`` and ``first_divergence`` are claimed only for greedy runs (temperature 0): a sampled
-answer is compared with vanilla by distribution, not by ids, so both are null there.
+answer is compared with vanilla by distribution, not by ids, so both are null there. They are claims, not
+sources: summaries compute equality from the ids (`turn_outcomes`), and `load_run` refuses a file whose
+claims (``equal_to_vanilla``, ``first_divergence``, ``attribution``'s status) disagree with its ids and
+vanilla's (`check_claims`), naming the file, question and turn.
 
 Lines are appended (and flushed to disk) only when a question is finished, so an interrupted run loses
 at most the question in flight and ``--resume`` continues after the last complete line.
@@ -31,11 +36,17 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from specbench.errors import SpecbenchError
+from specbench.sampling import Sampling
 
 ANSWERS = "answers"
 MANIFEST = "manifest.json"
 SUMMARY = "summary.csv"
 BASELINE = "vanilla"  # the reference every drafter's speedup and ids are compared with
+# How a greedy turn's ids compare with vanilla's (docs/decisions.md, "Divergence attribution"): equal, or
+# different and explained by rounding (a near-tie in the target's fp32 logits), or not (a mismatch).
+EQUAL, NEAR_TIE, MISMATCH = "equal", "near-tie", "mismatch"
+STATUSES = (EQUAL, NEAR_TIE, MISMATCH)
+UNATTRIBUTED = "unattributed"  # a divergent turn no fp32 re-score has looked at yet (`specbench attribute`)
 REQUIRED_CHOICE_KEYS = ("turns", "new_tokens", "wall_time", "decoding_steps", "accept_lengths", "output_ids", "steps")
 
 
@@ -95,6 +106,7 @@ class Answer:
     tree_budget: int | None = None  # max tree nodes per step this drafter ran at (None: records before it)
     sampling: dict | None = None    # `Sampling.to_json()` of the run (None: records before it, all greedy)
     seeds: list[int] | None = None  # per-turn seeds of the random stream (sampled runs only)
+    attribution: list[dict] | None = None  # per turn: {status, ...} (greedy runs, once attributed)
     extra: dict = field(default_factory=dict)          # unknown top-level keys, kept for round trips
     choice_extra: dict = field(default_factory=dict)   # unknown keys of choices[0]
 
@@ -119,7 +131,8 @@ class Answer:
         per_turn = ("turns", "new_tokens", "wall_time", "output_ids", "steps", "prefill_ms", "wall_time_repeats")
         cut = {name: one(getattr(self, name)) for name in per_turn}
         divergence = None if self.first_divergence is None else one(self.first_divergence)
-        return replace(self, **cut, first_divergence=divergence)
+        attribution = None if self.attribution is None else one(self.attribution)
+        return replace(self, **cut, first_divergence=divergence, attribution=attribution)
 
     def check(self) -> None:
         """Raise ValueError when the per-turn fields disagree with each other (an incomplete record)."""
@@ -144,7 +157,7 @@ class Answer:
             raise KeyError(", ".join(missing))
         steps = [[Step.from_json(step) for step in turn] for turn in choice["steps"]]
         known = {"question_id", "category", "drafter", "answer_id", "model_id", "tstamp", "choices",
-                 "equal_to_vanilla", "first_divergence", "tree_budget", "sampling", "seeds"}
+                 "equal_to_vanilla", "first_divergence", "tree_budget", "sampling", "seeds", "attribution"}
         known_choice = {"index", "prefill_ms", "wall_time_repeats", *REQUIRED_CHOICE_KEYS}
         answer = cls(
             question_id=data["question_id"], category=data["category"], drafter=data.get("drafter", ""),
@@ -153,7 +166,7 @@ class Answer:
             prefill_ms=list(choice.get("prefill_ms") or []), wall_time_repeats=list(choice.get("wall_time_repeats") or []),
             first_divergence=data.get("first_divergence"), model_id=data.get("model_id", ""),
             answer_id=data.get("answer_id", ""), tstamp=data.get("tstamp", 0.0), tree_budget=data.get("tree_budget"),
-            sampling=data.get("sampling"), seeds=data.get("seeds"),
+            sampling=data.get("sampling"), seeds=data.get("seeds"), attribution=data.get("attribution"),
             extra={k: v for k, v in data.items() if k not in known},
             choice_extra={k: v for k, v in choice.items() if k not in known_choice},
         )
@@ -168,7 +181,26 @@ class Answer:
                 raise ValueError(f"{where}: turn {t + 1} has {derived} step records but decoding_steps {stored}")
         if answer.accept_lengths != list(choice["accept_lengths"]):
             raise ValueError(f"{where}: accept_lengths disagree with the step records")
+        answer._check_own_claims(data.get("equal_to_vanilla"))
         return answer
+
+    def _check_own_claims(self, recorded_equal: bool | None) -> None:
+        """The claims a record makes about itself agree: ``equal_to_vanilla`` with ``first_divergence``,
+        one ``first_divergence`` and ``attribution`` entry per turn. (Whether they agree with the ids is
+        `check_claims`'s question: it needs vanilla's record.)"""
+        where = f"question {self.question_id}"
+        for key in ("first_divergence", "attribution"):
+            values = getattr(self, key)
+            if values is not None and len(values) != len(self.turns):
+                raise ValueError(f"{where}: {key} has {len(values)} entries for {len(self.turns)} turns")
+        if recorded_equal is None or recorded_equal == self.equal_to_vanilla:
+            return
+        if self.first_divergence is None:
+            raise ValueError(f"{where}: equal_to_vanilla is {recorded_equal} but first_divergence is null")
+        diverging = [t + 1 for t, d in enumerate(self.first_divergence) if d is not None]
+        detail = f"turn {diverging[0]} has first_divergence {self.first_divergence[diverging[0] - 1]}" if diverging \
+            else "no turn has a first_divergence"
+        raise ValueError(f"{where}: equal_to_vanilla is {recorded_equal} but {detail}")
 
     def to_json(self) -> dict:
         """Spec-Bench's answer layout plus specbench's fields (docs/decisions.md, "Runs")."""
@@ -197,6 +229,7 @@ class Answer:
             **({} if self.tree_budget is None else {"tree_budget": self.tree_budget}),  # older records have none
             **({} if self.sampling is None else {"sampling": self.sampling}),
             **({} if self.seeds is None else {"seeds": self.seeds}),
+            **({} if self.attribution is None else {"attribution": self.attribution}),
             **self.extra,
         }
 
@@ -247,9 +280,67 @@ def load_run(out: Path) -> dict[str, list[Answer]]:
     runs = {path.stem: read_answers(path) for path in sorted(folder.glob("*.jsonl"))}
     if not runs:
         raise SpecbenchError(f"{folder} holds no answer files")
+    check_claims(runs, folder)
     listed = ((read_manifest(out) or {}).get("config") or {}).get("drafters") or []
     order = drafter_order([name for name in listed if name in runs] + list(runs))
     return {name: runs[name] for name in order}
+
+
+def compared(record: Answer) -> bool:
+    """Whether the record's ids are compared with vanilla's: greedy runs only (a sampled answer equals
+    vanilla's in distribution, not in ids)."""
+    return Sampling.from_json(record.sampling).greedy
+
+
+def turn_outcomes(record: Answer, reference: Answer | None) -> list[str | None]:
+    """Per turn, how ``record``'s ids compare with ``reference``'s (vanilla's record of the same question),
+    computed from the ids themselves, never from the recorded claims: `EQUAL`; for different ids the
+    recorded attribution's `NEAR_TIE` or `MISMATCH`, else `UNATTRIBUTED`; None where nothing is compared
+    (a sampled record, no vanilla record for the question, or a turn vanilla's record lacks)."""
+    if reference is None or not compared(record):
+        return [None] * len(record.turns)
+    outcomes = []
+    for t, ids in enumerate(record.output_ids):
+        if t >= len(reference.output_ids):
+            outcomes.append(None)
+        elif ids == reference.output_ids[t]:
+            outcomes.append(EQUAL)
+        else:
+            status = ((record.attribution or [])[t:t + 1] or [{}])[0].get("status")
+            outcomes.append(status if status in (NEAR_TIE, MISMATCH) else UNATTRIBUTED)
+    return outcomes
+
+
+def check_claims(runs: dict[str, list[Answer]], folder: Path | None = None) -> None:
+    """Refuse (`SpecbenchError`, one line naming file, question and turn) a record whose recorded
+    ``first_divergence`` or attribution status disagrees with its ids and vanilla's ids of the same question
+    and turn (a hand-edited or corrupted file). Records with no claim (null) and questions vanilla has no
+    record of are not checked; sampled records claim nothing."""
+    reference = {record.question_id: record for record in runs.get(BASELINE, [])}
+    for name, records in runs.items():
+        path = f"{folder}/{name}.jsonl" if folder is not None else f"{ANSWERS}/{name}.jsonl"
+        for record in records:
+            base = reference.get(record.question_id)
+            if base is None or not compared(record):
+                continue
+            for t, ids in enumerate(record.output_ids):
+                if t >= len(base.output_ids):
+                    continue
+                actual = first_divergence(ids, base.output_ids[t])
+                where = f"{path}: question {record.question_id} turn {t + 1}"
+                ids_say = ("its output_ids equal vanilla's" if actual is None else
+                           f"its output_ids and vanilla's first differ at token {actual}")
+                if record.first_divergence is not None and record.first_divergence[t] != actual:
+                    raise SpecbenchError(f"{where}: recorded first_divergence {record.first_divergence[t]} but "
+                                         f"{ids_say} (a hand-edited or corrupted answer file)")
+                claim = (record.attribution or [])[t:t + 1]
+                if claim:
+                    status, position = claim[0].get("status"), claim[0].get("position")
+                    agrees = status == EQUAL if actual is None else (status in (NEAR_TIE, MISMATCH) and position == actual)
+                    if not agrees:
+                        raise SpecbenchError(f"{where}: recorded attribution {status!r}"
+                                             f"{'' if position is None else f' at token {position}'} but {ids_say} "
+                                             f"(a hand-edited or corrupted answer file)")
 
 
 def read_manifest(out: Path) -> dict | None:

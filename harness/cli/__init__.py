@@ -1,5 +1,6 @@
 """The ``specbench`` command (also ``python -m specbench``), one module per command group: `run` (run,
-profile, replay), `results` (report, export, list-drafters) and `train` (distill, train, convert).
+profile, replay), `results` (report, export, list-drafters), `attribute` (attribute) and `train` (distill,
+train, convert).
 
 Bad input prints one line, ``specbench: error: ...``, and exits with code 2; Ctrl-C keeps every
 finished question and exits with code 130 (continue with ``--resume``). ``specbench`` alone and
@@ -13,11 +14,12 @@ import os
 import sys
 
 from specbench.errors import SpecbenchError
-from specbench.harness.cli import results, run, train
+from specbench.harness.cli import attribute, results, run, train
 from specbench.harness.cli.common import EXIT_USAGE, HelpFormatter, Parser
 
 #: every command, in the order bare `specbench` lists them
-COMMANDS = [*run.COMMANDS[:1], *results.COMMANDS[:2], *run.COMMANDS[1:], results.COMMANDS[2], *train.COMMANDS]
+COMMANDS = [*run.COMMANDS[:1], *results.COMMANDS[:2], *attribute.COMMANDS, *run.COMMANDS[1:], results.COMMANDS[2],
+            *train.COMMANDS]
 
 
 def overview() -> str:
