@@ -39,6 +39,9 @@ class TargetHandle:
     # (sps's self-draft) or check a tokenizer against it. Never run the model on the harness's cache.
     model: Any = None
     tokenizer: Any = None
+    # `specbench.model.LayerTap`: the hidden states entering chosen decoder layers, recorded as the harness runs
+    # the target (EAGLE-3's auxiliary features); None where the target is not a `TargetModel`
+    taps: Any = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ on CUDA, inductor's default on CPU), greedy acceptance included (`specbench.veri
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -181,6 +182,72 @@ def converted_copy(source: ModelSource) -> Path:
     return target
 
 
+class LayerTap:
+    """The target's hidden states entering chosen decoder layers, recorded while the harness runs it.
+
+    Layer id ``i`` is the hidden state entering decoder layer ``i`` (transformers' ``hidden_states[i]``: 0 is
+    the embeddings, ``num_layers`` the last layer's output before the final norm), as EAGLE-3 reads its
+    auxiliary features. Nothing is recorded until a drafter asks: ``request(ids)`` installs forward hooks on
+    those layers once (they only keep a reference to the tensor the layer already has), after which every
+    forward of the target's decoder (prefill, tree step, or anyone else's) counts one in ``forwards`` and
+    replaces what ``states(ids)`` returns: Tensor[n, len(ids) * H], batch row 0 of the latest forward. A drafter
+    that reads them checks ``forwards`` to know the rows belong to the forward it expects (replay runs no
+    forward at all)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._decoder = model.base_model
+        self._layers = getattr(self._decoder, "layers", None)
+        self._hooks: dict[int, object] = {}
+        self._counter = None
+        self._latest: dict[int, torch.Tensor] = {}
+        self.forwards = 0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers) if self._layers is not None else 0
+
+    def request(self, ids) -> None:
+        """Record the hidden states entering layers ``ids`` from the next forward on."""
+        if self._layers is None:
+            raise SpecbenchError(f"{type(self._decoder).__name__} has no .layers to read auxiliary hidden states from")
+        for i in ids:
+            if not 0 <= i <= self.num_layers:
+                raise SpecbenchError(f"auxiliary hidden-state layer {i} is outside the target's 0..{self.num_layers}")
+        if self._counter is None:
+            self._counter = self._decoder.register_forward_pre_hook(self._count)
+        for i in ids:
+            if i in self._hooks:
+                continue
+            if i < self.num_layers:
+                self._hooks[i] = self._layers[i].register_forward_pre_hook(self._entering(i), with_kwargs=True)
+            else:
+                self._hooks[i] = self._layers[i - 1].register_forward_hook(self._leaving(i))
+
+    def _count(self, module, args) -> None:
+        self.forwards += 1
+        self._latest = {}
+
+    # hooks are partials of bound methods, so a deep copy of the model (sps's int8 draft) records into its own tap
+    def _entering(self, i: int):
+        return functools.partial(self._enter, i)
+
+    def _enter(self, i: int, module, args, kwargs) -> None:
+        self._latest[i] = args[0] if args else kwargs["hidden_states"]
+
+    def _leaving(self, i: int):
+        return functools.partial(self._leave, i)
+
+    def _leave(self, i: int, module, args, output) -> None:
+        self._latest[i] = output[0] if isinstance(output, tuple) else output
+
+    def states(self, ids) -> torch.Tensor | None:
+        """Tensor[n, len(ids) * H]: the latest forward's hidden states entering layers ``ids``, concatenated in
+        that order; None if that forward did not record them all."""
+        if any(i not in self._latest for i in ids):
+            return None
+        return torch.cat([self._latest[i][0] for i in ids], dim=-1)
+
+
 class TargetModel:
     """A Hugging Face causal LM wrapped for tree verification.
 
@@ -210,6 +277,7 @@ class TargetModel:
             fingerprint=weights_fingerprint(model),
             model=model,
             tokenizer=tokenizer,
+            taps=LayerTap(model),
         )
         self.eos_ids = _eos_ids(model, tokenizer)
         windows = getattr(self.config, "layer_types", None) or []

@@ -1,0 +1,332 @@
+"""eagle3: EAGLE-3's draft layer over features from three target layers, with EAGLE-2's dynamic tree.
+
+Read from the released code, not copied: SafeAILab/EAGLE at cb7e0841 (``eagle/model/cnets.py``: ``Model``,
+``LlamaDecoderLayeremb``; ``eagle/model/modeling_llama_kv.py``: which layers feed the features;
+``eagle/traineagle3/config.json``) and vllm-project/speculators at c05b95b3 (``src/speculators/models/eagle3/``,
+``src/speculators/convert/eagle/eagle3_legacy_model.py``).
+
+**Features.** The target's hidden states *entering* decoder layers ``layer_ids`` (EAGLE-3's choice: 2,
+N // 2 and N - 3 of N layers, low, middle, high; speculators' ``eagle_aux_hidden_state_layer_ids``) are
+concatenated, [g_lo; g_mid; g_hi] (3H), and fused by ``fc`` (3H -> H, no bias) into g_t. specbench reads them
+through the target's `specbench.model.LayerTap` (forward hooks that keep what the harness's own forwards
+compute: no extra target work). Where no forward ran (replay), the drafter runs the target's decoder on a cache
+of its own over the accepted tokens to get them.
+
+**Layer.** One decoder layer whose attention reads 2H: ``[input_layernorm(E(x_{t+1})); hidden_norm(g_t)]``
+(embedding first); the residual is g_t itself (``norm_before_residual``: the normed g_t), then a pre-norm
+SwiGLU MLP. Its output h_t is the next level's input feature (EAGLE-3 feeds its own h back, not the target's
+last hidden state) and scores tokens through ``lm_head(norm(h_t))``: its own head over a draft vocabulary of
+V' tokens. ``d2t`` [V'] holds offsets (target id = draft index + d2t[index]), ``t2d`` [V] marks the target
+tokens the draft vocabulary holds.
+
+**Tree and cache** as `eagle`: accepted positions' keys and values are cached from the true features and
+never rolled back; each step grows EAGLE-2's dynamic tree (`dynamic_tree.Candidates`): ``top_k`` children
+per expanded node, a ``top_k`` frontier by cumulative log-probability, ``depth`` expansions, the best
+budget - 1 candidates. Drafts are deterministic, so greedy and rejection verification both apply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specbench import kv
+from specbench.drafter import DraftContext, TargetHandle
+from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.draft_vocab import DraftVocab
+from specbench.drafters.dynamic_tree import Candidates
+from specbench.drafters.layers import ROPE_BASE, KVCache, rope
+from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
+from specbench.errors import DrafterOptionError, SpecbenchError
+from specbench.tree import DraftTree
+from specbench.verify import VerifyOutcome
+
+
+class Eagle3Layer(nn.Module):
+    """EAGLE-3's decoder layer: attention over ``[input_norm(E); hidden_norm(g)]`` (2H wide inputs to q/k/v),
+    residual g (or hidden_norm(g) with ``norm_before_residual``), then ``mlp_norm`` and a SwiGLU MLP."""
+
+    def __init__(self, hidden: int, num_heads: int, num_kv_heads: int | None = None, inner: int | None = None,
+                 head_dim: int | None = None, rope_base: float | dict = ROPE_BASE, eps: float = 1e-6,
+                 norm_before_residual: bool = False) -> None:
+        super().__init__()
+        num_kv_heads = num_kv_heads or num_heads
+        self.head_dim = head_dim or hidden // num_heads
+        if num_heads % num_kv_heads:
+            raise ValueError(f"{num_heads} heads and {num_kv_heads} key/value heads do not divide")
+        self.num_heads, self.num_kv_heads, self.rope_base = num_heads, num_kv_heads, rope_base
+        self.norm_before_residual = norm_before_residual
+        self.input_norm = nn.RMSNorm(hidden, eps=eps)
+        self.hidden_norm = nn.RMSNorm(hidden, eps=eps)
+        self.q_proj = nn.Linear(2 * hidden, num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * hidden, num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * hidden, num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(num_heads * self.head_dim, hidden, bias=False)
+        self.mlp_norm = nn.RMSNorm(hidden, eps=eps)
+        inner = inner or 2 * hidden
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def inputs(self, embeddings: torch.Tensor, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(attention input [n, 2H], residual [n, H]) for token embeddings [n, H] and fused features [n, H]."""
+        normed = self.hidden_norm(features)
+        return torch.cat([self.input_norm(embeddings), normed], dim=-1), normed if self.norm_before_residual else features
+
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [n, kv_heads, d] of attention inputs x [n, 2H] at positions [n]."""
+        shape = (x.shape[0], self.num_kv_heads, self.head_dim)
+        return rope(self.k_proj(x).view(shape), positions, self.rope_base), self.v_proj(x).view(shape)
+
+    def attend(self, x: torch.Tensor, residual: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
+               values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """h [Q, H] for query rows x [Q, 2H] (residual [Q, H]) at positions [Q] over keys/values [P, kv_heads, d];
+        mask: bool [Q, P] (True = visible) or None."""
+        q = rope(self.q_proj(x).view(x.shape[0], self.num_heads, self.head_dim), positions, self.rope_base)
+        group = self.num_heads // self.num_kv_heads
+        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+        attended = nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)  # [heads, Q, d]
+        h = residual + self.o_proj(attended.transpose(0, 1).reshape(x.shape[0], -1))
+        normed = self.mlp_norm(h)
+        return h + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
+
+
+class Eagle3Module(nn.Module):
+    """``fc`` (k * H -> H), the `Eagle3Layer`, the final ``norm`` and the draft ``lm_head`` [V', H], with the
+    ``d2t`` [V'] (offsets) and ``t2d`` [V] (membership) buffers. ``layer_ids`` are not weights: the recipe keeps
+    them."""
+
+    def __init__(self, hidden: int, num_heads: int, vocab_size: int, draft_vocab: int | None = None,
+                 layer_ids: list[int] | None = None, num_kv_heads: int | None = None, inner: int | None = None,
+                 head_dim: int | None = None, rope_base: float | dict = ROPE_BASE, eps: float = 1e-6,
+                 norm_before_residual: bool = False, num_layers: int | None = None) -> None:
+        super().__init__()
+        self.layer_ids = list(layer_ids) if layer_ids is not None else default_layer_ids(num_layers or 0)
+        draft_vocab = draft_vocab or vocab_size
+        self.fc = nn.Linear(len(self.layer_ids) * hidden, hidden, bias=False)
+        self.layer = Eagle3Layer(hidden, num_heads, num_kv_heads, inner, head_dim, rope_base, eps, norm_before_residual)
+        self.norm = nn.RMSNorm(hidden, eps=eps)
+        self.lm_head = nn.Linear(hidden, draft_vocab, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(vocab_size, dtype=torch.bool))
+        if draft_vocab == vocab_size:
+            self.t2d.fill_(True)
+
+    def set_vocabulary(self, token_ids: torch.Tensor) -> None:
+        """Make the draft vocabulary the target tokens ``token_ids`` [V'] (row i of lm_head scores token_ids[i])."""
+        token_ids = token_ids.long().to(self.d2t.device)
+        if token_ids.shape != self.d2t.shape:
+            raise ValueError(f"{self.d2t.shape[0]} draft rows, {token_ids.shape[0]} token ids")
+        self.d2t.copy_(token_ids - torch.arange(len(token_ids), device=token_ids.device))
+        self.t2d.zero_()
+        self.t2d[token_ids] = True
+
+    def token_ids(self) -> torch.Tensor:
+        """LongTensor[V']: the target id of each draft row (``index + d2t[index]``)."""
+        return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
+
+
+def check_vocabulary(module: Eagle3Module, where: str) -> None:
+    """Refuse d2t/t2d that do not describe the same V' distinct target tokens."""
+    ids, vocab = module.token_ids(), module.t2d.shape[0]
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise SpecbenchError(f"{where}: d2t maps draft rows to ids outside the target's 0..{vocab - 1}")
+    if ids.unique().numel() != ids.numel() or int(module.t2d.sum()) != ids.numel() or not bool(module.t2d[ids].all()):
+        raise SpecbenchError(f"{where}: d2t and t2d disagree (t2d marks {int(module.t2d.sum())} tokens, d2t maps "
+                             f"{ids.unique().numel()} distinct ones of {ids.numel()} rows)")
+
+
+class Eagle3Drafter(CheckpointDrafter):
+    """EAGLE-3 drafter; options: ``checkpoint`` (a specbench checkpoint stem, a speculators-format directory,
+    or the authors' EAGLE-3 directory: config.json + pytorch_model.bin / model.safetensors), ``top_k`` (children
+    per expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5)."""
+
+    method = "eagle3"
+
+    def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5) -> None:
+        super().__init__(checkpoint, None, False)
+        if top_k < 1 or depth < 0:
+            raise DrafterOptionError(f"eagle3 needs top_k >= 1 and depth >= 0, got top_k={top_k}, depth={depth}")
+        self.top_k, self.depth = top_k, depth
+
+    # ---- loading -------------------------------------------------------------------------------------------
+    def build_module(self, recipe: dict, target: TargetHandle) -> nn.Module:
+        return build_module(recipe["hyperparameters"], target)
+
+    def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
+        from specbench.hub import local_or_hub
+
+        given = local_or_hub(self.checkpoint, "eagle3.checkpoint") if self.checkpoint else None
+        if given is not None and Path(given).is_dir():
+            found = read_eagle3_directory(Path(given), target)
+            if found is not None:
+                return found
+        return super().read_checkpoint(target)
+
+    def draft_vocabulary(self, target: TargetHandle, ranking: torch.Tensor | None) -> DraftVocab:
+        """The module's own head over its V' tokens (d2t), not a cut of the target's lm_head."""
+        check_vocabulary(self.module, f"eagle3 checkpoint {self.checkpoint or '(shipped)'}")
+        vocab_size = target.lm_head.weight.shape[0]
+        if self.module.t2d.shape[0] != vocab_size:
+            raise SpecbenchError(f"eagle3 checkpoint {self.checkpoint}: t2d covers {self.module.t2d.shape[0]} tokens, "
+                                 f"the target has {vocab_size}")
+        ids = self.module.token_ids()
+        vocab = DraftVocab.of_projection(self.module.lm_head, ids, vocab_size)
+        if vocab.ids is not None:
+            vocab.ids = ids  # row i scores token ids[i], in the checkpoint's order
+        elif not torch.equal(ids, torch.arange(vocab_size, device=ids.device)):
+            vocab.ids = ids  # a full vocabulary in another order
+        return vocab
+
+    # ---- one sequence ----------------------------------------------------------------------------------------
+    def start_sequence(self) -> None:
+        self.cache = KVCache()
+        self._own_cache = None  # the target's decoder on accepted tokens, when no harness forward was recorded
+        self._pending: torch.Tensor | None = None  # features of the positions the last verify accepted
+        self._first = True
+        self._seen = -1
+
+    def reset(self, target: TargetHandle) -> None:
+        super().reset(target)
+        if target.taps is None:
+            raise SpecbenchError("eagle3 reads the target's intermediate hidden states: it needs a target with layer "
+                                 "taps (specbench.model.TargetModel)")
+        target.taps.request(self.module.layer_ids)
+        self._taps, self._seen = target.taps, target.taps.forwards
+
+    def accept(self, outcome: VerifyOutcome) -> None:
+        taps = self._taps
+        fresh = taps is not None and taps.forwards == self._seen + 1
+        states = taps.states(self.module.layer_ids) if fresh else None
+        if states is not None and max(outcome.path) < states.shape[0]:
+            index = torch.tensor(outcome.path, dtype=torch.long, device=states.device)
+            self._pending = states.index_select(0, index)
+        else:
+            self._pending = None
+        if taps is not None:
+            self._seen = taps.forwards
+
+    def target_features(self, ctx: DraftContext) -> torch.Tensor:
+        """[m, k H]: the target's hidden states entering the ``layer_ids`` layers at the m positions of ``ctx.hidden``."""
+        taps, m = ctx.target.taps, ctx.hidden.shape[0]
+        self._taps = taps
+        states = None
+        if self._first and taps.forwards == self._seen + 1:  # the prefill just ran
+            states = taps.states(self.module.layer_ids)
+        elif not self._first:
+            states = self._pending
+        self._first, self._pending = False, None
+        if states is None or states.shape[0] != m:
+            states = self.own_forward(ctx)
+        self._seen = taps.forwards
+        return states.to(ctx.hidden.device, ctx.hidden.dtype)
+
+    def own_forward(self, ctx: DraftContext) -> torch.Tensor:
+        """The features of the m newest positions from the target's decoder run on the drafter's own cache (replay,
+        where the harness runs no forward): the same numbers up to fp rounding, at a target forward's cost."""
+        start, m = ctx.first_new_position, ctx.hidden.shape[0]
+        if self._own_cache is None:
+            self._own_cache, self._own_length = kv.new_cache(), 0
+        if start != self._own_length:
+            raise RuntimeError("eagle3: own target cache out of step (call reset before each sequence)")
+        tokens = ctx.tokens[start : start + m].to(ctx.target.device)[None]
+        ctx.target.model.base_model(input_ids=tokens, cache=self._own_cache, use_cache=True)
+        self._own_length += m
+        states = ctx.target.taps.states(self.module.layer_ids)
+        if states is None:
+            raise SpecbenchError("eagle3: the target's decoder ran but its layer taps recorded nothing")
+        return states
+
+    def log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """h [n, H] -> log-probabilities [n, V'] over the draft vocabulary."""
+        return self.vocab.logits(self.module.norm(h)).float().log_softmax(dim=-1)
+
+    def extend_cache(self, ctx: DraftContext) -> torch.Tensor:
+        """Append the newly accepted positions to the cache; h [H] of the newest (the root's predecessor)."""
+        start, m = ctx.first_new_position, ctx.hidden.shape[0]
+        features = self.module.fc(self.target_features(ctx))  # [m, H]
+        next_tokens = ctx.tokens[start + 1 : start + 1 + m].to(ctx.target.device)  # x_{t+1}, the root last
+        x, residual = self.module.layer.inputs(ctx.target.embed_tokens(next_tokens).to(features.dtype), features)
+        positions = self.cache.next_positions(start, m, features.device, self.name or self.method)
+        self.cache.append(*self.module.layer.keys_values(x, positions))
+        return self.module.layer.attend(x[-1:], residual[-1:], positions[-1:], self.cache.keys, self.cache.values, None)[0]
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        root_h = self.extend_cache(ctx)  # runs every step so the cache stays in step
+        if ctx.budget < 2:
+            return DraftTree.root_only(ctx.root)
+        k = min(self.top_k, ctx.budget - 1, self.vocab.size)
+        candidates = Candidates()
+        top = self.log_probs(root_h[None])[0].topk(k)
+        frontier = candidates.add(self.vocab.token_ids(top.indices).cpu(), top.values.cpu(), [-1] * k)
+        parent_h = {i: root_h for i in frontier}  # candidate -> the h its parent predicted
+        layer, device = self.module.layer, root_h.device
+        tree_keys, tree_values, tree_row = [], [], {}
+        root_position = len(ctx.tokens) - 1
+        for level in range(min(self.depth, ctx.budget - 2)):
+            tokens = torch.tensor([candidates.tokens[i] for i in frontier], device=device)
+            x, residual = layer.inputs(ctx.target.embed_tokens(tokens).to(root_h.dtype),
+                                       torch.stack([parent_h[i] for i in frontier]))  # EAGLE-3: its own h, no fc
+            positions = torch.full((len(frontier),), root_position + level, device=device)
+            keys, values = layer.keys_values(x, positions)
+            for row, index in enumerate(frontier, start=len(tree_row)):
+                tree_row[index] = row
+            tree_keys.append(keys)
+            tree_values.append(values)
+            visible = torch.zeros(len(frontier), len(tree_row), dtype=torch.bool, device=device)
+            for row, index in enumerate(frontier):
+                visible[row, [tree_row[a] for a in candidates.ancestors(index)]] = True
+            mask = torch.cat([torch.ones(len(frontier), self.cache.length, dtype=torch.bool, device=device), visible], 1)
+            out = layer.attend(x, residual, positions, torch.cat([self.cache.keys, *tree_keys]),
+                               torch.cat([self.cache.values, *tree_values]), mask)  # [F, H]
+            top = self.log_probs(out).topk(k)
+            scores = torch.tensor([candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()
+            children = candidates.add(self.vocab.token_ids(top.indices).flatten().cpu(), scores.flatten(),
+                                      [i for i in frontier for _ in range(k)])
+            for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
+                parent_h[child] = out[parent_row]
+            frontier = candidates.best(children, k)
+        return candidates.tree(ctx.root, ctx.budget)
+
+
+def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
+    """An `Eagle3Module` for ``target`` from recipe hyper-parameters (``num_heads``, ``num_kv_heads``, ``inner``,
+    ``head_dim``, ``rope_base``, ``eps``, ``draft_vocab``, ``layer_ids``, ``norm_before_residual``)."""
+    hidden, vocab = target.config.hidden_size, target.lm_head.weight.shape[0]
+    return Eagle3Module(hidden, config.get("num_heads") or target.config.num_attention_heads, vocab,
+                        config.get("draft_vocab") or vocab, config.get("layer_ids"), config.get("num_kv_heads"),
+                        config.get("inner"), config.get("head_dim"), config.get("rope_base", ROPE_BASE),
+                        config.get("eps", 1e-6), bool(config.get("norm_before_residual", False)),
+                        num_layers=target.config.num_hidden_layers)
+
+
+def untrained_checkpoint(stem: Path, target: TargetHandle, draft_vocab: int | None = None, seed: int = 0,
+                         **hyperparameters) -> Path:
+    """Write an eagle3 checkpoint of randomly initialised weights for ``target`` (its layer shape: heads, key/value
+    heads, MLP width, RoPE) and return its stem; ``draft_vocab`` V' < V keeps V' random target tokens. Proposals
+    are poor, exactness is not affected: for tests, and a starting point for training."""
+    from specbench.checkpoint import save_checkpoint, target_identity
+    from specbench.drafters.published import rope_base
+
+    config = target.config
+    vocab = target.lm_head.weight.shape[0]
+    shape = {"num_heads": config.num_attention_heads, "num_kv_heads": getattr(config, "num_key_value_heads", None),
+             "inner": getattr(config, "intermediate_size", None), "head_dim": getattr(config, "head_dim", None),
+             "rope_base": rope_base(config, Path(str(stem))), "eps": getattr(config, "rms_norm_eps", 1e-6),
+             "draft_vocab": draft_vocab or vocab, "layer_ids": default_layer_ids(config.num_hidden_layers),
+             "norm_before_residual": False} | hyperparameters
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = build_module(shape, target)
+    if shape["draft_vocab"] < vocab:
+        module.set_vocabulary(torch.randperm(vocab, generator=generator)[: shape["draft_vocab"]].sort().values)
+    recipe = {"method": "eagle3", "target": target_identity(target), "hyperparameters": shape,
+              "parameters": sum(p.numel() for p in module.parameters()), "metrics": {},
+              "note": "untrained: randomly initialised weights"}
+    save_checkpoint(Path(stem), module.state_dict(), recipe, dtype=torch.float32)
+    return Path(stem)
