@@ -124,6 +124,14 @@ class CheckpointDrafter(Drafter):
     def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
         """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""
         given = local_or_hub(self.checkpoint, f"{self.method}.checkpoint") if self.checkpoint else None  # a Hub id too
+        if given is not None and Path(given).is_dir():
+            from specbench.drafters.speculators import layout_of
+
+            layout = layout_of(Path(given))
+            if layout is not None:  # EAGLE-3 directories are eagle3's (drafters/speculators.py)
+                raise SpecbenchError(f"{given} is {'a speculators' if layout == 'speculators' else 'an EAGLE-3'} directory, "
+                                     f"which {self.method} does not read; load an EAGLE-3 one with "
+                                     f"--drafter-option eagle3.checkpoint={given}")
         if given is not None and published_method(given):
             published = load_published(given, self.method, target.config, target.lm_head.weight.shape[0])
             return published.state, published.recipe(), published.weights

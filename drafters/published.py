@@ -236,8 +236,8 @@ def read_eagle(weights: Path, config: dict, state: dict[str, torch.Tensor], targ
     norm), shaped by the draft's own LLaMA-style ``config.json``; ``embed_tokens`` (a copy of the target's)
     is dropped, the target's own is used."""
     if any(k.startswith("midlayer.") for k in state):
-        raise SpecbenchError(f"{weights}: EAGLE-3 weights (midlayer.*, a reduced vocabulary, multi-layer features) are "
-                             f"not supported; specbench's eagle reads EAGLE-1/2 weights")
+        raise SpecbenchError(f"{weights}: EAGLE-3 weights (midlayer.*); load them with "
+                             f"--drafter-option eagle3.checkpoint={weights.parent} (eagle reads EAGLE-1/2 weights)")
     for unused in [k for k in state if k == "embed_tokens.weight" or k.endswith("rotary_emb.inv_freq")]:
         del state[unused]
     mapped = {"fc.weight": _take(state, "fc.weight", weights)}

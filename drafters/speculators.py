@@ -144,7 +144,7 @@ def check_speculators_config(config: dict, where: str, model_type: str) -> dict:
 def check_verifier(block: dict, target: TargetHandle, where: str) -> None:
     """Refuse a speculator made for a verifier of another architecture (when both sides name theirs)."""
     theirs = set(block["verifier"].get("architectures") or [])
-    mine = set(getattr(target.config, "architectures", None) or [])
+    mine = set(getattr(target.config, "architectures", None) or ([type(target.model).__name__] if target.model is not None else []))
     if theirs and mine and not theirs & mine:
         raise SpecbenchError(f"{where}: made for a verifier of architecture {sorted(theirs)} "
                              f"({block['verifier'].get('name_or_path')}), the target is {sorted(mine)}")
@@ -269,7 +269,7 @@ def write_eagle3(module, hyper: dict, target: TargetHandle, out: Path, layout: s
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     layer = layer_config(hyper, target)
-    architectures = list(getattr(target.config, "architectures", None) or [])
+    architectures = list(getattr(target.config, "architectures", None) or ([type(target.model).__name__] if target.model is not None else []))
     if layout == "speculators":
         tensors = {EAGLE3_KEYS[k]: v for k, v in state.items()}
         config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",

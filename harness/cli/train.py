@@ -103,13 +103,16 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def convert_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a checkpoint stem (PATH for PATH.safetensors + PATH.json), or 'medusa' "
-                         "or 'hydra' for the shipped one of --model")
+    parser.add_argument("checkpoint", help="a checkpoint stem (PATH for PATH.safetensors + PATH.json), 'medusa' "
+                         "or 'hydra' for the shipped one of --model, or an EAGLE-3 directory (speculators or the authors')")
     parser.add_argument("--model", default="default", help="the target the checkpoint was trained for (its lm_head "
                          "becomes each head's output projection)")
     parser.add_argument("--out", required=True, help="directory for the published files (weights + config.json)")
     parser.add_argument("--no-lm-heads", action="store_true",
                          help="medusa: the 'version 2' layout, heads without their own lm_head")
+    parser.add_argument("--to", choices=["authors", "speculators"], default="authors",
+                        help="the layout written: 'authors' (the method's released layout: medusa, hydra, eagle3) or "
+                             "'speculators' (vllm-project/speculators' config.json + model.safetensors: eagle3)")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -118,9 +121,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from specbench.registry import create_drafter
 
     method, stem = _checkpoint_method(args.checkpoint)
+    if args.to == "speculators" and method != "eagle3":
+        raise SpecbenchError(f"--to speculators writes eagle3 checkpoints; {args.checkpoint} is a {method} checkpoint")
     target = load_target(args.model)
     drafter = create_drafter(method, **({"checkpoint": stem} if stem else {}))
     drafter.reset(target.handle)
+    if method == "eagle3":
+        from specbench.drafters.speculators import write_eagle3
+
+        for path in write_eagle3(drafter.module, drafter.recipe["hyperparameters"], target.handle, Path(args.out),
+                                 args.to, target.name):
+            print(path)
+        return 0
     row_ids = drafter.head_vocabs[0].ids if drafter.head_vocabs else None  # own projections over a draft vocabulary
     files, notes = write_published(method, drafter.module, target.lm_head.weight, Path(args.out), target.name,
                                    with_lm_heads=not args.no_lm_heads, row_ids=row_ids)
@@ -137,6 +149,12 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
     if spec in ("medusa", "hydra"):
         return spec, None
     from specbench.checkpoint import checkpoint_files
+    from specbench.drafters.speculators import layout_of
+
+    if Path(spec).is_dir():  # a speculators or authors' EAGLE-3 directory, rewritten in the other layout
+        if layout_of(Path(spec)) is None:
+            raise SpecbenchError(f"{spec} is neither a speculators directory nor the authors' EAGLE-3 layout")
+        return "eagle3", spec
 
     recipe_path = checkpoint_files(Path(spec))[1]
     if not recipe_path.is_file():
@@ -145,8 +163,8 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
         method = json.loads(recipe_path.read_text(encoding="utf-8")).get("method")
     except json.JSONDecodeError as error:
         raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
-    if method not in ("medusa", "hydra"):
-        raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa and hydra have a published layout")
+    if method not in ("medusa", "hydra", "eagle3"):
+        raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa, hydra and eagle3 have a published layout")
     return method, spec
 
 
