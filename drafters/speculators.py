@@ -131,7 +131,8 @@ def check_speculators_config(config: dict, where: str, model_type: str) -> dict:
         _field(block, key, f"{where} (speculators_config)")
     methods = block["proposal_methods"]
     if not isinstance(methods, list) or not all(isinstance(m, dict) and "proposal_type" in m for m in methods):
-        raise SpecbenchError(f"{where}: speculators_config.proposal_methods must be a list of objects with a proposal_type")
+        raise SpecbenchError(f"{where}: speculators_config.proposal_methods must be a list of objects with a "
+                             f"proposal_type")
     if block["default_proposal_method"] not in [m["proposal_type"] for m in methods]:
         raise SpecbenchError(f"{where}: default_proposal_method {block['default_proposal_method']!r} is none of the "
                              f"proposal_methods' types {[m['proposal_type'] for m in methods]}")
@@ -141,10 +142,16 @@ def check_speculators_config(config: dict, where: str, model_type: str) -> dict:
     return block
 
 
+def verifier_architectures(target: TargetHandle) -> list[str]:
+    """The target's ``architectures`` (its config's, else its model class name)."""
+    named = getattr(target.config, "architectures", None)
+    return list(named) if named else ([type(target.model).__name__] if target.model is not None else [])
+
+
 def check_verifier(block: dict, target: TargetHandle, where: str) -> None:
     """Refuse a speculator made for a verifier of another architecture (when both sides name theirs)."""
     theirs = set(block["verifier"].get("architectures") or [])
-    mine = set(getattr(target.config, "architectures", None) or ([type(target.model).__name__] if target.model is not None else []))
+    mine = set(verifier_architectures(target))
     if theirs and mine and not theirs & mine:
         raise SpecbenchError(f"{where}: made for a verifier of architecture {sorted(theirs)} "
                              f"({block['verifier'].get('name_or_path')}), the target is {sorted(mine)}")
@@ -215,7 +222,8 @@ def eagle3_shape(layer: dict, where: str, target: TargetHandle, layer_ids, draft
     num_layers = target.config.num_hidden_layers
     layer_ids = list(layer_ids) if layer_ids is not None else default_layer_ids(num_layers)
     if not layer_ids or any(not isinstance(i, int) or not 0 <= i <= num_layers for i in layer_ids):
-        raise SpecbenchError(f"{where}: eagle_aux_hidden_state_layer_ids {layer_ids} are not layers 0..{num_layers} of the target")
+        raise SpecbenchError(f"{where}: eagle_aux_hidden_state_layer_ids {layer_ids} are not layers 0..{num_layers} "
+                             f"of the target")
     if not isinstance(draft_vocab, int) or not 0 < draft_vocab <= vocab:
         raise SpecbenchError(f"{where}: draft_vocab_size {draft_vocab!r} must be 1..{vocab}")
     heads = _field(layer, "num_attention_heads", where)
@@ -269,7 +277,7 @@ def write_eagle3(module, hyper: dict, target: TargetHandle, out: Path, layout: s
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     layer = layer_config(hyper, target)
-    architectures = list(getattr(target.config, "architectures", None) or ([type(target.model).__name__] if target.model is not None else []))
+    architectures = verifier_architectures(target)
     if layout == "speculators":
         tensors = {EAGLE3_KEYS[k]: v for k, v in state.items()}
         config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
