@@ -121,6 +121,16 @@ class CheckpointDrafter(Drafter):
         own output projections (they take no context columns)."""
         return self.context_vocab and self.vocab is not None and self.vocab.ids is not None and not self.head_vocabs
 
+    def unavailable(self, target: TargetHandle) -> str | None:
+        """No checkpoint given and none shipped for ``target``: the reason, else None."""
+        if self.checkpoint:
+            return None
+        try:
+            default_checkpoint(self.method, target)
+        except SpecbenchError as error:
+            return str(error)
+        return None
+
     def read_checkpoint(self, target: TargetHandle) -> tuple[dict, dict, Path]:
         """(state dict in the module's keys, recipe, weights file) of the configured or shipped checkpoint."""
         given = local_or_hub(self.checkpoint, f"{self.method}.checkpoint") if self.checkpoint else None  # a Hub id too

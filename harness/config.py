@@ -115,7 +115,10 @@ class RunConfig:
         normalise(self)  # text from the command line (or "a,b" from the API) parsed; each value checked
         if not self.out:
             self.out = f"runs/{time.strftime('%Y%m%d-%H%M%S')}"
-        if list(self.drafters) == ["all"]:
+        #: ``--drafters all``: every registered drafter that can run on the target (`Run` leaves out the
+        #: others, saying why); not a field, so the manifest records the drafters that ran
+        self.every_drafter = list(self.drafters) == ["all"]
+        if self.every_drafter:
             from specbench.registry import available_drafters  # loads torch; the parser does not need it
 
             self.drafters = list(available_drafters())

@@ -172,6 +172,18 @@ class Run:
         write_json(self.out / MANIFEST, manifest)
         return budgets
 
+    def _leave_out_unavailable(self, target: TargetModel) -> None:
+        """``--drafters all``: drop the drafters that cannot run on ``target`` (a trained one without weights
+        for it), saying why, before budgets and the manifest are made."""
+        for name in list(self.drafters):
+            reason = self.drafters[name].unavailable(target.handle)
+            if reason is not None:
+                if self.is_main:
+                    print(f"specbench: {name} left out of --drafters all: {reason}", file=sys.stderr)
+                del self.drafters[name]
+        self.drafter_names = [name for name in self.drafter_names if name in self.drafters]
+        self.config.drafters = [name for name in self.config.drafters if name in self.drafters]
+
     def execute(self) -> Path:
         config = self.config
         torch.manual_seed(config.seed)
@@ -179,6 +191,8 @@ class Run:
             torch.set_num_threads(config.threads)
         target = self.target or load_target(config.model, self.device, config.dtype, config.device_map)
         target.use_regime(config.regime)  # eager (default) or compiled: the target's verify forward and cache
+        if getattr(config, "every_drafter", False):
+            self._leave_out_unavailable(target)
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
         shard = self.shard

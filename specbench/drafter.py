@@ -111,6 +111,11 @@ class Drafter:
         replays only budgets up to it (larger ones would give the same trees)."""
         return None
 
+    def unavailable(self, target: TargetHandle) -> str | None:
+        """Why this drafter cannot run on ``target`` (None: it can), e.g. no trained weights for it.
+        ``--drafters all`` leaves such a drafter out with this reason; one named explicitly stops the run."""
+        return None
+
     def identity(self) -> str:
         """What the proposals depend on beyond the class and its options, e.g. a checkpoint's hash (called
         after ``reset``). Cached calibration results (``--tree-budget auto``) are keyed by it; a drafter

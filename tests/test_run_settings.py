@@ -157,3 +157,23 @@ def test_rerun_from_a_manifest_gives_the_same_ids(tiny_model_dir, tmp_path):
     ids = [[json.loads(line)["choices"][0]["output_ids"] for line in (tmp_path / run / "answers" / "ngram.jsonl").open()]
            for run in ("a", "b")]
     assert ids[0] == ids[1] and len(ids[0]) == 1
+
+
+def test_all_leaves_out_drafters_that_cannot_run_on_the_target(tiny_model_dir, tmp_path):
+    """``--drafters all`` on a model no trained drafter ships weights for runs the training-free ones and says
+    why each other was left out; a trained drafter named explicitly still stops the run with one line."""
+    from specbench.registry import available_drafters
+
+    common = ["--model", str(tiny_model_dir), "--categories", "math", "--limit", "1", "--max-new-tokens", "4",
+              "--tree-budget", "3", "--no-progress"]
+    done = subprocess.run([sys.executable, "-m", "specbench", "run", *common, "--out", str(tmp_path / "all")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    ran = json.loads((tmp_path / "all" / "manifest.json").read_text())["config"]["drafters"]
+    assert sorted(ran) == ["ngram", "sps", "vanilla"]
+    left_out = sorted(set(available_drafters()) - set(ran))
+    for name in left_out:
+        assert f"specbench: {name} left out of --drafters all: no shipped {name} checkpoint" in done.stderr
+    named = subprocess.run([sys.executable, "-m", "specbench", "run", *common, "--drafters", "vanilla,hydra",
+                            "--out", str(tmp_path / "named")], capture_output=True, text=True, timeout=600)
+    assert named.returncode == 2 and "no shipped hydra checkpoint" in named.stderr
