@@ -23,12 +23,20 @@ import torch
 
 from specbench import kv
 from specbench.drafter import DraftContext, Drafter, TargetHandle
+from specbench.harness.autobudget.profile import (  # noqa: F401 (re-exported)
+    BUSHY_FANOUT,
+    ROOT_TOKEN,
+    TREE_SHAPES,
+    prefilled_cache,
+    rewind,
+    synthetic_prefix,
+    tree_of_size,
+)
 from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel
-from specbench.harness.autobudget.profile import (BUSHY_FANOUT, ROOT_TOKEN, TREE_SHAPES, prefilled_cache, rewind,  # noqa: F401 (re-exported)
-                               synthetic_prefix, tree_of_size)
 from specbench.tree import DraftTree
 from specbench.verify import VerifyOutcome
+
 
 def first_turn_prompts(target: TargetModel, bench: str, count: int) -> list[list[int]]:
     """Prompt ids of the first turns of the first ``count`` questions of ``bench`` (chat template applied)."""

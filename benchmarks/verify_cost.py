@@ -15,8 +15,8 @@ import sys
 
 import torch
 
-from specbench.model import load_target
 from specbench.harness.autobudget.profile import TREE_SHAPES, measure_profile
+from specbench.model import load_target
 
 
 def main() -> int:

@@ -14,8 +14,8 @@ from specbench.checkpoint import checkpoint_files, load_checkpoint, trained_for
 from specbench.drafter import DraftContext, Drafter, TargetHandle
 from specbench.drafters.draft_vocab import DEFAULT_DRAFT_VOCAB, RANKING_KEY, DraftVocab
 from specbench.drafters.published import load_published, published_method
-from specbench.hub import local_or_hub
 from specbench.errors import DrafterOptionError, SpecbenchError
+from specbench.hub import local_or_hub
 from specbench.linear import kernel_of, use_kernel
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"

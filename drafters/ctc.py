@@ -13,11 +13,17 @@ from __future__ import annotations
 import torch
 
 from specbench.drafter import DraftContext, TargetHandle
-from specbench.errors import DrafterOptionError
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache, build_module
-from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, MIN_BEAM, candidate_tree, prefix_beam_search, search_beam,
-                                              slot_candidates)
+from specbench.drafters.ctc_transform import (
+    DEFAULT_TOP_K,
+    MIN_BEAM,
+    candidate_tree,
+    prefix_beam_search,
+    search_beam,
+    slot_candidates,
+)
+from specbench.errors import DrafterOptionError
 from specbench.tree import DraftTree
 
 

@@ -4,7 +4,8 @@ Context features fuse the target's last hidden state at position s with the embe
 followed it, ``u_s = W_in [h_s ; E(x_{s+1})]``; their keys and values are computed once per position and
 cached across decoding steps. To draft after the root, T slot queries (learned slot embeddings added to
 the last context feature ``u_last``, whose token part is the root) attend to the whole context and to
-each other (bidirectionally) in one non-autoregressive forward, then pass an MLP and the slot's own residual block. Each slot's feature goes
+each other (bidirectionally) in one non-autoregressive forward, then pass an MLP and the slot's own residual
+block. Each slot's feature goes
 through the target's frozen ``lm_head`` (shared, not copied) plus one learned **blank** row, giving
 logits over V + 1 classes (class V = blank). Trained with CTC loss, the slots' collapsed output is the
 next N tokens after the root; the cross-entropy ablation uses the same module without the blank.

@@ -19,8 +19,8 @@ from torch import nn
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.dynamic_tree import Candidates
-from specbench.drafters.published import published_method
 from specbench.drafters.layers import ResBlock
+from specbench.drafters.published import published_method
 from specbench.drafters.static_tree import DEFAULT_CHOICES, StaticTree, load_choices
 from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.tree import DraftTree

@@ -6,7 +6,8 @@ into a prefix tree within the node budget (a single match gives a chain). The n-
 incrementally, so each step costs O(new tokens x n) dictionary operations.
 
 Defaults (a chain of at most 4 tokens after a match of 2 or 3 tokens) come from
-a sweep of its options (the retired ``benchmarks/sweep.py``, docs/journal/retired-scripts.md) on MT-bench with the default model on 2 CPU threads, where a
+a sweep of its options (the retired ``benchmarks/sweep.py``, docs/journal/retired-scripts.md) on MT-bench
+with the default model on 2 CPU threads, where a
 verified node is not free (1 token ~35 ms, 5 tokens ~46 ms): wider trees (``max_candidates=3``) and
 unigram matches raised tau slightly but lost more in verify time (docs/performance.md).
 """

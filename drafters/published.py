@@ -189,7 +189,8 @@ def read_hydra(weights: Path, config: dict, state: dict[str, torch.Tensor], targ
             mapped[f"heads.{k}.mix.{part}"] = _take(state, f"hydra_mlp.{k}.{position(0)}.linear.{part}", weights)
             mapped[f"heads.{k}.residual.{part}"] = _take(state, f"hydra_mlp.{k}.{position(0)}.res_connection.{part}", weights)
             for l in range(1, num_layers):
-                mapped[f"heads.{k}.blocks.{l - 1}.linear.{part}"] = _take(state, f"hydra_mlp.{k}.{position(l)}.linear.{part}", weights)
+                source = f"hydra_mlp.{k}.{position(l)}.linear.{part}"
+                mapped[f"heads.{k}.blocks.{l - 1}.linear.{part}"] = _take(state, source, weights)
             if part == "weight" or f"hydra_lm_head.{k}{projection}.bias" in state:
                 mapped[f"lm_heads.{k}.{part}"] = _take(state, f"hydra_lm_head.{k}{projection}.{part}", weights)
         width = mapped[f"heads.{k}.mix.weight"].shape
@@ -352,7 +353,8 @@ def hydra_published_state(module: torch.nn.Module, lm_head: torch.Tensor, row_id
         state[f"hydra_mlp.{k}.0.linear.weight"], state[f"hydra_mlp.{k}.0.linear.bias"] = head.mix.weight, head.mix.bias
         state[f"hydra_mlp.{k}.0.res_connection.weight"], state[f"hydra_mlp.{k}.0.res_connection.bias"] = residual
         for l, block in enumerate(head.blocks, start=1):
-            state[f"hydra_mlp.{k}.{l}.linear.weight"], state[f"hydra_mlp.{k}.{l}.linear.bias"] = block.linear.weight, block.linear.bias
+            state[f"hydra_mlp.{k}.{l}.linear.weight"] = block.linear.weight
+            state[f"hydra_mlp.{k}.{l}.linear.bias"] = block.linear.bias
         if module.lm_heads is not None:
             projection = module.lm_heads[k]
             if row_ids is not None and projection.bias is not None:

@@ -80,7 +80,8 @@ def run(config=None, /, *, model: Any = None, tokenizer: Any = None, progress: b
     and check), as on the command line; text is parsed as the command line parses it: ``drafters`` (a list or a
     comma-separated string, ``"all"`` for every registered one), ``bench``, ``limit``, ``max_new_tokens``,
     ``tree_budget`` (``"auto"``, the default; an int; or ``"hydra=4,medusa=3"``), ``temperature`` (0: greedy),
-    ``top_p``, ``top_k``, ``verify`` (``"rejection"``, lossless; ``"typical"``, lossy), ``seed``, ``breakdown``, ``drafter_options`` ({"ngram": {"max_depth": 6}}), ``out``
+    ``top_p``, ``top_k``, ``verify`` (``"rejection"``, lossless; ``"typical"``, lossy), ``seed``, ``breakdown``,
+    ``drafter_options`` ({"ngram": {"max_depth": 6}}), ``out``
     (default ``runs/<date-time>``), ``resume``, ``preset`` (``"spec-bench"``), ``config_file`` (a TOML/JSON
     file of these options, or a run's manifest.json: the options given here override it) ... ``model`` is
     ``"default"``, a path, a Hugging Face Hub id, a `TargetModel` or a Hugging Face causal LM (then give

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
-from specbench.hub import is_hub_id
 from specbench.harness.autobudget.calibration import HELDOUT, HELDOUT_PER_CATEGORY, SHIPPED
 from specbench.harness.autobudget.spec import DEFAULT_CANDIDATES, parse_budget_spec, split_entry
-from specbench.harness.options import at_least, csv, drafter_options, int_csv, integer, number, option
-from specbench.harness.options import declared, normalise
+from specbench.harness.options import at_least, csv, declared, drafter_options, int_csv, integer, normalise, number, option
+from specbench.hub import is_hub_id
 from specbench.placement import STRATEGIES, check_device_map
 from specbench.questions import load_questions, resolve_bench
 from specbench.results import drafter_order

@@ -22,8 +22,8 @@ from specbench import kv
 from specbench.drafter import DraftContext, Drafter
 from specbench.model import TargetModel
 from specbench.results import Step
-from specbench.timing import StageTimer, wall_clock
 from specbench.sampling import Sampling
+from specbench.timing import StageTimer, wall_clock
 from specbench.verify import make_rule, verify_step
 
 

@@ -7,6 +7,7 @@ import base64
 import html as html_lib
 import re
 from pathlib import Path
+
 import pandas as pd
 
 from specbench.reports.document import Report

@@ -33,7 +33,8 @@ Rules (`make_rule` picks one from `specbench.sampling.Sampling`):
   a child moves there and restarts with its p; when every child is rejected (or there are none) the bonus
   is drawn from r. This is SpecInfer's multi-draft recursive rejection sampling; each emitted token is
   distributed exactly as p given the tokens before it, whatever the drafter proposes, so the output
-  distribution equals sampling from the target alone (tests/test_sampling_rules.py and tests/test_sampling_loop.py check it statistically).
+  distribution equals sampling from the target alone (tests/test_sampling_rules.py and
+  tests/test_sampling_loop.py check it statistically).
   The p/q rule is valid only for tokens really drawn from q; that is why deterministic drafts get their
   own rule.
 - **typical** (temperature > 0, **lossy**; Medusa's typical acceptance): a child x of a node is accepted

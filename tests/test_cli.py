@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from specbench.harness.cli import main
-from specbench.results import load_run
 from specbench.reports.summary import summarize
+from specbench.results import load_run
 
 DATA = Path(os.environ.get("SPECBENCH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

@@ -12,10 +12,10 @@ import random
 
 import pytest
 import torch
-from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
 from specbench import Drafter, DraftTree, static_cache
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate

@@ -5,13 +5,13 @@ forward, a CI-sized training run for ctc and its cross-entropy ablation, and los
 from __future__ import annotations
 
 import doctest
-from contextlib import nullcontext
 import itertools
 import json
 import math
 import random
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -26,11 +26,11 @@ from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, ContextCache
 from specbench.drafters.ctc_transform import candidate_tree, collapse, prefix_beam_search, slot_candidates
 from specbench.drafters.training.ctc import CTCTrainConfig, accepted_length, rescore, train_ctc
-from specbench.errors import SpecbenchError
 from specbench.drafters.training.distill import iter_samples
-from specbench.harness.loop import generate
+from specbench.errors import SpecbenchError
 from specbench.harness.autobudget.replay import TrajectoryTarget
 from specbench.harness.autobudget.trajectories import Trajectory
+from specbench.harness.loop import generate
 from specbench.tree import DraftTree
 
 BLANK = -1
@@ -263,7 +263,8 @@ def test_anchor_subsets_are_seeded_and_keep_everything_when_large(llama_target, 
     with torch.no_grad():
         full = sample_loss(module, llama_target, sample, 2)
         assert sample_loss(module, llama_target, sample, 2, keep=1000) == full
-        picks = [sample_loss(module, llama_target, sample, 2, keep=3, generator=torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
+        picks = [sample_loss(module, llama_target, sample, 2, keep=3, generator=torch.Generator().manual_seed(s))
+                 for s in (0, 0, 1)]
     assert picks[0] == picks[1] != picks[2] and torch.isfinite(picks[0])
 
 
@@ -381,7 +382,6 @@ def test_offline_estimate_searches_as_the_drafter_does(llama_target, cache, monk
     """Training's offline tau uses the drafter's default search (top_k, and a beam of the budget, at least
     `MIN_BEAM`), one search per distinct beam width, so a recipe's estimate describes the shipped drafter."""
     import specbench.drafters.training.ctc as training
-
     from specbench.drafters.ctc_module import build_module
     from specbench.drafters.ctc_transform import DEFAULT_TOP_K, MIN_BEAM
 

@@ -7,10 +7,9 @@ import json
 
 import pytest
 import torch
-
-from conftest import EOS, build_tiny_model, make_target, plain_greedy
 from safetensors.torch import load_file
 
+from conftest import build_tiny_model, make_target, plain_greedy
 from specbench.drafters.training.distill import DistillConfig, iter_samples, prompts_in_tokens, run_distill
 from specbench.drafters.training.sharegpt import conversations_by_first_turn, first_human_turn, iter_items
 from specbench.errors import SpecbenchError
@@ -82,7 +81,8 @@ def test_a_cache_grows_with_more_training_prompts(target, tmp_path):
 
 
 def test_sharegpt_parser_stops_at_the_cut():
-    text = '[{"conversations": [{"from": "human", "value": " hi "}]}, {"conversations": [{"from": "gpt", "value": "x"}]},\n {"conversations": [{"from": "hum'
+    text = ('[{"conversations": [{"from": "human", "value": " hi "}]}, {"conversations": [{"from": "gpt", "value": "x"}]},'
+            '\n {"conversations": [{"from": "hum')
     items = list(iter_items(text))
     assert len(items) == 2
     assert first_human_turn(items[0]) == "hi" and first_human_turn(items[1]) is None

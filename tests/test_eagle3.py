@@ -20,9 +20,9 @@ import json
 
 import pytest
 import torch
-from conftest import PROMPTS, plain_greedy
 from safetensors.torch import save_file
 
+from conftest import PROMPTS, plain_greedy
 from specbench.drafters.eagle3 import Eagle3Drafter, untrained_checkpoint
 from specbench.drafters.speculators import write_eagle3
 from specbench.errors import SpecbenchError

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_report import write_mt_run  # the synthetic MT-bench run (tests/ is on sys.path under pytest)
 
 from conftest import EOS, VOCAB, build_tiny_model
 from specbench import metrics
@@ -27,6 +26,7 @@ from specbench.model import TargetModel
 from specbench.reports.export import export_spec_bench, spec_bench_model_id, spec_bench_tokenizer
 from specbench.reports.summary import summarize
 from specbench.results import load_run
+from test_report import write_mt_run  # the synthetic MT-bench run (tests/ is on sys.path under pytest)
 
 # Spec-Bench's answer line, exactly (evaluation/eval.py, get_model_answers).
 TOP_KEYS = {"question_id", "category", "answer_id", "model_id", "choices", "tstamp"}

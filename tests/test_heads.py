@@ -13,13 +13,12 @@ from conftest import build_tiny_model, distil_random_prompts, make_target, plain
 from specbench.drafters.hydra import HydraDrafter
 from specbench.drafters.medusa import MedusaDrafter
 from specbench.drafters.static_tree import StaticTree, decode_walk_tau
-from specbench.drafters.training.heads import (HeadTrainConfig, position_dataset, remeasure, split_samples,
-                                               train_heads, true_ranks)
-from specbench.errors import SpecbenchError
-from specbench.harness.loop import generate
 from specbench.drafters.training.distill import iter_samples
+from specbench.drafters.training.heads import HeadTrainConfig, position_dataset, remeasure, train_heads
+from specbench.errors import SpecbenchError
 from specbench.harness.autobudget.replay import TrajectoryTarget
 from specbench.harness.autobudget.trajectories import Trajectory
+from specbench.harness.loop import generate
 
 DRAFTERS = {"medusa": MedusaDrafter, "hydra": HydraDrafter}
 
@@ -161,7 +160,8 @@ def test_teacher_loss_targets_the_targets_distribution(llama_target, cache):
     labels = windows[index, 1:3].T  # [2, 3]
     assert (labels == IGNORE).tolist() == [[False, False, True], [False, True, True]]
     with torch.no_grad():
-        teacher = torch.stack([llama_target.lm_head(hidden[(index + 1 + k).clamp(max=len(hidden) - 1)].float()) for k in range(2)])
+        teacher = torch.stack([llama_target.lm_head(hidden[(index + 1 + k).clamp(max=len(hidden) - 1)].float())
+                               for k in range(2)])
         loss = teacher_loss(teacher, labels, hidden, index, llama_target, [0, 1])
         probs = teacher.softmax(-1)
         entropy = -(probs * probs.log()).sum(-1)  # [2, 3]
@@ -205,7 +205,8 @@ def test_hydra_with_prefix_attention_trains_and_drafts_losslessly(llama_target, 
                              lr=1e-2, batch_size=128, warmup_steps=2, max_rank=4, prefix_heads=4)
     recipe = train_heads(config, llama_target, progress=False)
     assert sum(recipe["history"][-1]["train_loss_per_head"]) < sum(recipe["history"][0]["first_batch_loss"])
-    assert recipe["data"]["train_positions"] == 20 * 24 and recipe["metrics"]["heldout_positions"] == 4 * 23  # the last position has no label
+    # the last position has no label
+    assert recipe["data"]["train_positions"] == 20 * 24 and recipe["metrics"]["heldout_positions"] == 4 * 23
     drafter = HydraDrafter(checkpoint=str(tmp_path / "hydra"))
     for prompt in ([5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4]):
         for budget in (1, 8):

@@ -14,8 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import EOS, PROMPTS
-from specbench import DraftTree
-from specbench import kv
+from specbench import DraftTree, kv
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

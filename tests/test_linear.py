@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from specbench.errors import SpecbenchError
-from specbench.linear import (ENV, WEIGHT_LEFT_MAX_ROWS, WeightLeftLinear, chosen_kernel, kernel_of, use_kernel,
-                              weight_left_linear)
 from specbench.harness.autobudget.profile import cache_path, profile_key
+from specbench.linear import ENV, WEIGHT_LEFT_MAX_ROWS, WeightLeftLinear, chosen_kernel, kernel_of, use_kernel, weight_left_linear
 
 
 @settings(max_examples=40, deadline=None)

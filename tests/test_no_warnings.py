@@ -13,8 +13,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from conftest import ARCHS, PROMPTS, build_tiny_model, make_target
 
+from conftest import ARCHS, PROMPTS, build_tiny_model, make_target
 from specbench.drafters.sps import SpSDrafter
 from specbench.harness.loop import generate
 from specbench.registry import create_drafter

@@ -9,8 +9,15 @@ import pytest
 
 from conftest import build_tiny_model, make_target
 from specbench.errors import SpecbenchError
-from specbench.harness.autobudget.profile import (VerifyProfile, cache_path, cached_profile, load_profile, measure_profile, profile_key,
-                               save_profile)
+from specbench.harness.autobudget.profile import (
+    VerifyProfile,
+    cache_path,
+    cached_profile,
+    load_profile,
+    measure_profile,
+    profile_key,
+    save_profile,
+)
 from test_cli import assert_one_line_error, run_cli
 
 
@@ -87,9 +94,8 @@ def test_bad_profile_command_input_is_one_line(args, fragment):
 
 def test_a_run_records_the_profile_it_was_given(tmp_path):
     from specbench.harness.runner import Run, RunConfig
-    from test_export import char_bpe_tokenizer
-
     from specbench.model import TargetModel
+    from test_export import char_bpe_tokenizer
 
     given = save_profile(synthetic([5, 6, 7, 9]), tmp_path / "gpu.json")
     target = TargetModel(build_tiny_model("llama"), char_bpe_tokenizer(tmp_path / "tok"))

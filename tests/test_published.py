@@ -110,7 +110,8 @@ def hydra_reference(state, h: torch.Tensor, path_embeddings: list[torch.Tensor],
     x = linear(joined, state[f"{p}.res_connection.weight"].float(), state[f"{p}.res_connection.bias"].float()) \
         + silu(linear(joined, state[f"{p}.linear.weight"].float(), state[f"{p}.linear.bias"].float()))
     for l in range(1, layers):
-        x = x + silu(linear(x, state[f"hydra_mlp.{head}.{l}.linear.weight"].float(), state[f"hydra_mlp.{head}.{l}.linear.bias"].float()))
+        weight, bias = state[f"hydra_mlp.{head}.{l}.linear.weight"], state[f"hydra_mlp.{head}.{l}.linear.bias"]
+        x = x + silu(linear(x, weight.float(), bias.float()))
     return linear(x, state[f"hydra_lm_head.{head}.weight"].float(), state[f"hydra_lm_head.{head}.bias"].float())
 
 
@@ -264,11 +265,13 @@ def test_mismatched_or_malformed_checkpoints_are_refused_with_the_reason(llama_t
     assert "holds published Hydra heads; load it with --drafter-option hydra.checkpoint" in refusal(
         llama_target, MedusaDrafter(checkpoint=str(tmp_path / "hydra")))
     write_medusa(tmp_path / "shallow", hidden, vocab, heads=3)
-    assert "reaches depth 4, the checkpoint has 3 heads" in refusal(llama_target, MedusaDrafter(checkpoint=str(tmp_path / "shallow")))
+    shallow = MedusaDrafter(checkpoint=str(tmp_path / "shallow"))
+    assert "reaches depth 4, the checkpoint has 3 heads" in refusal(llama_target, shallow)
 
     config = json.loads((tmp_path / "hydra" / "config.json").read_text())
     (tmp_path / "hydra" / "config.json").write_text(json.dumps(config | {"hydra_head_arch": "cross-attn"}))
-    assert "hydra_head_arch 'cross-attn' is not supported" in refusal(llama_target, HydraDrafter(checkpoint=str(tmp_path / "hydra")))
+    cross = HydraDrafter(checkpoint=str(tmp_path / "hydra"))
+    assert "hydra_head_arch 'cross-attn' is not supported" in refusal(llama_target, cross)
 
     (tmp_path / "hydra" / "config.json").write_text(json.dumps(config | {"hidden_state_offset": 2}))
     assert "hidden_state_offset 2" in refusal(llama_target, HydraDrafter(checkpoint=str(tmp_path / "hydra")))
@@ -291,11 +294,10 @@ def test_mismatched_or_malformed_checkpoints_are_refused_with_the_reason(llama_t
 
 
 def test_cli_converts_a_checkpoint_runs_it_and_refuses_mismatches_in_one_line(tiny_model_dir, tmp_path):
-    from test_cli import assert_one_line_error, run_cli
-
     from specbench.checkpoint import save_checkpoint, target_identity
     from specbench.drafters.medusa import MedusaHeads
     from specbench.model import load_target
+    from test_cli import assert_one_line_error, run_cli
 
     target = load_target(str(tiny_model_dir))
     torch.manual_seed(2)
@@ -371,7 +373,8 @@ def test_published_eagle_weights_predict_what_the_llama_layer_gives(llama_target
         first = llama_target.lm_head(expected[-1]).topk(3).indices.tolist()
     tree = drafter.propose(DraftContext(tokens=tokens, root=11, hidden=hidden, target=llama_target.handle, budget=4,
                                         span=lambda name: contextlib.nullcontext()))
-    assert [t for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()) if p == 0] == first[: sum(p == 0 for p in tree.parents.tolist())]
+    children = [t for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()) if p == 0]
+    assert children == first[: len(children)]
     for prompt in PROMPTS:
         for budget in (2, 10):
             result = generate(llama_target, drafter, prompt, 16, budget)

@@ -9,10 +9,10 @@ import torch
 from conftest import build_tiny_model, make_target
 from specbench.drafter import Drafter
 from specbench.errors import SpecbenchError
-from specbench.harness.loop import generate
-from specbench.registry import available_drafters
 from specbench.harness.autobudget.replay import TrajectoryTarget, replay
 from specbench.harness.autobudget.trajectories import record_trajectory
+from specbench.harness.loop import generate
+from specbench.registry import available_drafters
 from specbench.tree import DraftTree
 
 PROMPTS = [[5, 17, 42, 8], [3, 4, 5, 6, 7, 3, 4], [60, 12, 60, 12, 60]]

@@ -23,7 +23,6 @@ import pytest
 from matplotlib.transforms import Bbox
 
 from specbench import metrics
-from specbench.errors import SpecbenchError
 from specbench.harness.cli import main
 from specbench.reports import charts
 from specbench.reports.render import tex_escape
@@ -263,7 +262,8 @@ def test_markdown_shows_the_csv_numbers(rendered, by_category):
     for drafter in ("ngram", "chain"):
         for category in ("math", "overall", "turn 2"):
             r = csv_row(by_category, drafter, category)
-            cells = (f"| {drafter} | {category} | {BUDGETS[drafter]} | {r['n_questions']} | {r['tokens_per_s']:.1f} | {r['tau']:.2f} | "
+            cells = (f"| {drafter} | {category} | {BUDGETS[drafter]} | {r['n_questions']} | {r['tokens_per_s']:.1f} | "
+                     f"{r['tau']:.2f} | "
                      f"{r['speedup']:.2f} [{r['speedup_ci_low']:.2f}, {r['speedup_ci_high']:.2f}] | "
                      f"{100 * r['equal_to_vanilla']:.0f}% | {100 * r['proposed_share']:.0f}% | "
                      f"{100 * r['accept_cond_1']:.0f}% |")
@@ -531,7 +531,7 @@ def test_report_command_defaults(tmp_path, capsys):
     assert (run / "report" / SUMMARY).exists() and not (run / SUMMARY).exists() and "overall" in out
     assert (run / "report" / "report.md").exists() and (run / "report" / "report.html").exists()
     assert (run / "report" / "charts" / "tau_vs_speedup.png").exists()
-    assert f"report: " in out and "report.md" in out
+    assert "report: " in out and "report.md" in out
 
 
 def test_report_command_formats_subset(tmp_path):

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import EOS, PROMPTS, VOCAB, make_target, plain_greedy
-from test_published import write_eagle
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from conftest import EOS, PROMPTS, VOCAB, make_target, plain_greedy
 from specbench.drafters.eagle import EagleDrafter
 from specbench.drafters.layers import rope
 from specbench.drafters.published import rope_base
 from specbench.harness.loop import generate
+from test_published import write_eagle
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
+from conftest import EOS, PROMPTS, build_tiny_model, plain_greedy
 from specbench.drafters.sps import SpSDrafter, _check_same_tokenizer
 from specbench.errors import DrafterOptionError
 from specbench.harness.loop import generate

@@ -313,7 +313,7 @@ def test_truncated_json_line_names_file_and_line(run_dir):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(SpecbenchError, match=rf"{path.name}:2: malformed answer record"):
         read_answers(path)
-    with pytest.raises(SpecbenchError, match=rf"ngram\.jsonl:2:"):
+    with pytest.raises(SpecbenchError, match=r"ngram\.jsonl:2:"):
         write_summary(run_dir)
 
 

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from specbench.harness.autobudget.predict import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
 from specbench.errors import SpecbenchError
-from specbench.harness.autobudget.spec import AUTO, parse_budget_spec
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
 from specbench.harness.autobudget.profile import VerifyProfile, save_profile
+from specbench.harness.autobudget.spec import AUTO, parse_budget_spec
 from test_cli import assert_one_line_error, run_cli
 
 DRAFTERS = ["vanilla", "ngram", "hydra", "medusa"]
@@ -74,9 +74,8 @@ def test_the_measured_scale_replaces_the_profiles_and_near_ties_go_to_the_smalle
 def tiny_run_setup(tmp_path, monkeypatch):
     """A tiny target, a two-question calibration file, a flat profile and a private cache."""
     from conftest import build_tiny_model
-    from test_export import char_bpe_tokenizer
-
     from specbench.model import TargetModel
+    from test_export import char_bpe_tokenizer
 
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
     calibration = tmp_path / "calibration.jsonl"
@@ -132,9 +131,9 @@ def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     """A two-turn calibration question gives two trajectories; the second turn's prompt carries the target's
     own greedy first answer, as `question_trajectories` (what a run decodes) builds it."""
     from specbench.harness.autobudget.calibration import calibration_trajectories
+    from specbench.harness.autobudget.trajectories import question_trajectories
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions
-    from specbench.harness.autobudget.trajectories import question_trajectories
 
     target, _, _ = tiny_run_setup
     two_turns = tmp_path / "two.jsonl"

@@ -30,11 +30,18 @@ from torch import nn
 from specbench.checkpoint import checkpoint_files
 from specbench.drafters.ctc import CTCCrossEntropyDrafter, CTCDrafter
 from specbench.drafters.ctc_module import AttentionDraftModule, build_module
-from specbench.drafters.ctc_transform import (DEFAULT_TOP_K, candidate_tree, prefix_beam_search, search_beam,
-                                              slot_candidates)
+from specbench.drafters.ctc_transform import DEFAULT_TOP_K, candidate_tree, prefix_beam_search, search_beam, slot_candidates
 from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
-from specbench.drafters.training.common import (SampleBatches, SampleTrainConfig, at_least, autocast, checked_manifest,
-                                                sample_training_data, train_loop, write_trained)
+from specbench.drafters.training.common import (
+    SampleBatches,
+    SampleTrainConfig,
+    at_least,
+    autocast,
+    checked_manifest,
+    sample_training_data,
+    train_loop,
+    write_trained,
+)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.metrics import decode_walk

@@ -25,8 +25,15 @@ from torch import nn
 
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.eagle import EagleModule
-from specbench.drafters.training.common import (SampleBatches, SampleTrainConfig, at_least, autocast,
-                                                sample_training_data, train_loop, write_trained)
+from specbench.drafters.training.common import (
+    SampleBatches,
+    SampleTrainConfig,
+    at_least,
+    autocast,
+    sample_training_data,
+    train_loop,
+    write_trained,
+)
 from specbench.drafters.training.distill import Sample
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel

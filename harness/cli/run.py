@@ -55,8 +55,14 @@ def profile_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
-    from specbench.harness.autobudget.profile import (TREE_SHAPES, cache_path, load_profile, measure_and_cache,
-                                                      profile_key, save_profile)
+    from specbench.harness.autobudget.profile import (
+        TREE_SHAPES,
+        cache_path,
+        load_profile,
+        measure_and_cache,
+        profile_key,
+        save_profile,
+    )
     from specbench.model import cache_root, check_device, load_target
 
     config = RunConfig(drafters=[BASELINE], **given(args, RunConfig))

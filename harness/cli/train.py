@@ -315,9 +315,10 @@ def _train_eagle(config: EagleTrainConfig, args: argparse.Namespace) -> tuple[st
 
     recipe = train_eagle(config, load_target(args.model, args.device, args.dtype, args.device_map), progress=not args.no_progress)
     metrics = recipe["metrics"]
-    return (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
-            f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}, "
-            f"chain accuracy by depth {metrics['heldout_chain']}, chain tau {metrics['heldout_chain_tau']:.3f}"), recipe["training_seconds"]
+    summary = (f"held-out feature loss {metrics['heldout_feature_loss']:.4f}, token loss {metrics['heldout_token_loss']:.3f}, "
+               f"first-token top-1 {metrics['heldout_top1']:.3f}, top-5 {metrics['heldout_top5']:.3f}, "
+               f"chain accuracy by depth {metrics['heldout_chain']}, chain tau {metrics['heldout_chain_tau']:.3f}")
+    return summary, recipe["training_seconds"]
 
 
 COMMANDS = [
