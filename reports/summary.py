@@ -180,7 +180,7 @@ def divergence_lines(summary: pd.DataFrame) -> list[str]:
         if row["unattributed_turns"]:
             line += f", {int(row['unattributed_turns'])} divergent not attributed"
         if not np.isnan(row["max_over_bound"]):
-            line += f" (largest margin / bound {row['max_over_bound']:.2f})"
+            line += f" (largest margin or deficit / bound {row['max_over_bound']:.2f})"
         lines.append(line)
     return lines
 
