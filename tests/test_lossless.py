@@ -269,11 +269,22 @@ def test_random_trees_are_lossless(tiny_target, reference, prompt_index, budget,
 # ---- every registered drafter -------------------------------------------------------------------------
 
 
+#: What the exactness test below is parametrised over: whatever the entry points list.
+REGISTERED = sorted(available_drafters())
+
+
 def test_builtins_are_registered():
-    assert {"vanilla", "ngram"} <= set(available_drafters())
+    """Every built-in is among the names the exactness test runs (a built-in dropped from the
+    entry-point metadata must fail here, not silently leave the test), each from specbench itself."""
+    from test_builtin_drafters import BUILTINS
+
+    missing = sorted(set(BUILTINS) - set(REGISTERED))
+    assert not missing, f"the exactness test does not run the built-ins {missing}"
+    sources = available_drafters()
+    assert {name: sources[name].origin for name in BUILTINS} == {name: "entry point of specbench" for name in BUILTINS}
 
 
-@pytest.mark.parametrize("name", sorted(available_drafters()))
+@pytest.mark.parametrize("name", REGISTERED)
 @pytest.mark.parametrize("budget", [1, 8])
 def test_registered_drafter_is_lossless(tiny_target, reference, drafter_for, name, budget):
     drafter = drafter_for(name, tiny_target)

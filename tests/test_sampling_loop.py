@@ -8,6 +8,17 @@ at most 125 sequences, every probability from plain transformers forwards). Chi-
 expected pooled, alpha 1e-4, fixed seeds. The same test catches a planted bug in the loop (the residual
 update skipped) and shows typical acceptance moving the law. Greedy equality is tested elsewhere
 (tests/test_lossless.py) and stays unchanged.
+
+Three tokens are one or two steps. The long-run tests sample 40 tokens per sequence (9-35 steps, each
+with a KV commit, hundreds with rejected drafts) and check every emitted token against the target's
+conditional law given the tokens actually emitted before it: the randomised probability integral
+transform of token t under p(. | prompt, tokens before t) (tokens ordered by p) is uniform on [0, 1] and
+independent across t exactly when every token is drawn from that law (one plain transformers forward per
+sequence gives every p). A chi-square test of uniformity, over all positions and over early, middle and
+late positions separately, and a check that no token outside the target's support (its top-k) is
+emitted, catch a planted wrong KV commit that the three-token test cannot see. CI cost of the long-run
+tests: 63-81 s of CPU time on one thread of a 2-core Xeon (two measurements with process time; eagle
+24-30 s of it).
 """
 
 from __future__ import annotations
@@ -18,8 +29,8 @@ import pytest
 import torch
 
 from conftest import PROMPTS, build_tiny_model, make_target
-from stats import ALPHA, chi_square_fit
-from specbench import DraftContext, Drafter, DraftTree
+from stats import ALPHA, chi_square_fit, randomized_pit, uniform_fit
+from specbench import DraftContext, Drafter, DraftTree, kv
 from specbench.harness.loop import generate
 from specbench.registry import available_drafters
 from specbench.sampling import Sampling
@@ -163,3 +174,80 @@ def test_a_sampled_turn_is_reproduced_from_its_seed(target):
     other = [generate(target, drafter, PROMPT, 12, BUDGET, sampling=SAMPLING, seed=s).output_ids for s in range(8, 12)]
     assert first.output_ids == again.output_ids and first.accept_lengths == again.accept_lengths
     assert any(ids != first.output_ids for ids in other)
+
+
+# ---- long runs: every position against the target's conditional law ----------------------------------------
+
+LONG = 40           # tokens per sequence
+LONG_SAMPLES = 150  # 6,000 transformed tokens per drafter
+WINDOWS = {"early": range(0, 8), "middle": range(8, 24), "late": range(24, LONG)}
+#: Drafters whose drafts are both accepted and rejected in sampled text, deterministic and sampled (sps);
+#: n-gram lookup rarely matches sampled text, and the target's own p as q rejects nothing.
+LONG_DRAFTERS = ["hydra", "eagle", "sps", "adversary"]
+
+
+@torch.inference_mode()
+def transformed(target, output: list[int], generator: torch.Generator) -> list[float | None]:
+    """`randomized_pit` of each token of ``output`` (generated after PROMPT) under the target's p given
+    PROMPT and the output before it (one plain transformers forward)."""
+    ids = torch.tensor([PROMPT + output])
+    logits = target.model(input_ids=ids).logits[0, len(PROMPT) - 1 : len(PROMPT) - 1 + len(output)]  # [T, V]
+    return randomized_pit(SAMPLING.warp(logits), torch.tensor(output), generator)
+
+
+def long_run(target, drafter) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """(transformed values by window of positions, counts of tokens outside the target's support / steps /
+    steps with a rejected draft / accepted drafts) over LONG_SAMPLES sequences of LONG tokens, seeds 1000.."""
+    generator = torch.Generator().manual_seed(0)
+    values: dict[str, list[float]] = {w: [] for w in WINDOWS}
+    counts = {"sequences": 0, "impossible_tokens": 0, "steps": 0, "rejecting_steps": 0, "accepted_drafts": 0}
+    for seed in range(1000, 1000 + LONG_SAMPLES):
+        result = generate(target, drafter, PROMPT, LONG, BUDGET, sampling=SAMPLING, seed=seed)
+        u = transformed(target, result.output_ids, generator)
+        for window, positions in WINDOWS.items():
+            values[window] += [u[t] for t in positions if t < len(u) and u[t] is not None]
+        counts["sequences"] += 1
+        counts["impossible_tokens"] += u.count(None)
+        counts["steps"] += len(result.steps)
+        for step in result.steps[:-1]:  # the last step may be cut at LONG
+            counts["accepted_drafts"] += step.accepted - 1
+            # emitted = accepted path + bonus; a path shorter than the tree's depth rejected some branch
+            counts["rejecting_steps"] += step.nodes > 1 and step.accepted - 1 < step.depth
+    return values, counts
+
+
+def long_failures(values: dict[str, list[float]], counts: dict[str, int]) -> list[str]:
+    """What a long run gets wrong: tokens outside the target's support, and each window of positions
+    (and all of them) whose transformed values fail the uniformity test at ALPHA."""
+    fits = {window: uniform_fit(v) for window, v in values.items()}
+    fits["all"] = uniform_fit([u for v in values.values() for u in v])
+    print(f"{counts} " + " ".join(f"{w}: {fit}" for w, fit in fits.items()))
+    failures = [f"{counts['impossible_tokens']} tokens outside the target's support"] if counts["impossible_tokens"] else []
+    return failures + [f"{window}: {fit}" for window, fit in fits.items() if fit.p_value <= ALPHA]
+
+
+@pytest.mark.parametrize("name", LONG_DRAFTERS)
+def test_long_runs_sample_every_position_from_the_target(name, target, drafter_for):
+    """40 tokens, 150 sequences: every position's token follows the target's law given the tokens before
+    it, early, middle and late, after 9-35 steps per sequence, with hundreds of rejections in all."""
+    values, counts = long_run(target, make_drafter(name, target, drafter_for))
+    assert long_failures(values, counts) == []
+    assert len(values["late"]) == LONG_SAMPLES * len(WINDOWS["late"])  # every sequence ran to the end
+    assert counts["steps"] >= 5 * LONG_SAMPLES  # KV commits
+    assert counts["rejecting_steps"] >= LONG_SAMPLES and counts["accepted_drafts"] >= LONG_SAMPLES
+
+
+def test_a_planted_kv_commit_bug_is_caught_late_but_not_in_the_first_tokens(target, monkeypatch):
+    """Planted bug: the commit keeps the first tree slots in node order instead of the accepted path's
+    (right whenever a first child is accepted, wrong after a later sibling): the tokens after that step are
+    drawn given a wrong context. The first three tokens come before any wrong commit is read, so they
+    are exactly those of the correct loop and the three-token test cannot see the bug; the long test does."""
+    drafter = Adversary(target)
+    first = [generate(target, drafter, PROMPT, K, BUDGET, sampling=SAMPLING, seed=s).output_ids for s in range(50)]
+    commit = kv.commit_path
+    monkeypatch.setattr(kv, "commit_path", lambda cache, past, path, n: commit(cache, past, list(range(len(path))), n))
+    assert [generate(target, drafter, PROMPT, K, BUDGET, sampling=SAMPLING, seed=s).output_ids for s in range(50)] == first
+    values, counts = long_run(target, drafter)
+    failures = long_failures(values, counts)
+    print(f"planted kv commit: {failures}")
+    assert failures and "outside the target's support" in failures[0]

@@ -134,8 +134,22 @@ def test_from_sequences_budget_keeps_later_sequences_that_fit_in_shared_nodes():
 
 
 def test_validate_accepts_a_full_budget():
-    literal_tree().validate(root=10, budget=7)
-    literal_tree().validate(root=10, budget=100)
+    """A valid tree passes at exactly its own size and at any larger budget, sampled-draft fields
+    included, and validating leaves it unchanged; one node less of budget is refused (an exact boundary)."""
+    tree = literal_tree()
+    for budget in (7, 8, 100):
+        assert tree.validate(root=10, budget=budget) is None
+    assert tree.tokens.tolist() == TOKENS and tree.parents.tolist() == PARENTS and tree.probs is None
+    with pytest.raises(SpecbenchError, match="has 7 nodes; it must have between 1 and the budget 6"):
+        tree.validate(root=10, budget=6)
+    for draws in ("independent", "without_replacement"):
+        sampled = DraftTree(torch.tensor(TOKENS), torch.tensor(PARENTS), probs=torch.full((7, 20), 0.05), draws=draws)
+        assert sampled.validate(root=10, budget=7) is None
+        assert sampled.draws == draws and sampled.probs.shape == (7, 20)
+    for small in (DraftTree.root_only(3), DraftTree.chain(3, [4, 5]), DraftTree.from_sequences(3, [[4, 5], [6]])):
+        assert small.validate(root=3, budget=len(small)) is None
+        with pytest.raises(SpecbenchError, match="budget"):
+            small.validate(root=3, budget=len(small) - 1)
 
 
 def test_validate_wrong_root():
