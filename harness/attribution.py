@@ -44,8 +44,18 @@ from specbench.errors import SpecbenchError
 from specbench.model import TargetModel, load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench
-from specbench.results import (ANSWERS, BASELINE, EQUAL, MISMATCH, NEAR_TIE, Answer, compared, first_divergence,
-                               load_run, read_manifest)
+from specbench.results import (
+    ANSWERS,
+    BASELINE,
+    EQUAL,
+    MISMATCH,
+    NEAR_TIE,
+    Answer,
+    compared,
+    first_divergence,
+    load_run,
+    read_manifest,
+)
 
 #: unit roundoff (half the machine epsilon) of each run dtype: bf16 keeps 8 significant bits, fp16 11, fp32 24
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}

@@ -28,16 +28,25 @@ from specbench.harness.autobudget import resolve_budgets
 from specbench.harness.autobudget.profile import resolve_profile
 from specbench.harness.autobudget.spec import BudgetChoice, create_entry
 from specbench.harness.config import RunConfig
+from specbench.harness.loop import TurnResult, generate
 from specbench.harness.options import resume_keys
 from specbench.harness.provenance import git_state, source_digest
-from specbench.harness.loop import TurnResult, generate
 from specbench.model import TargetModel, load_target
 from specbench.placement import placement_summary
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
+from specbench.results import (
+    BASELINE,
+    MANIFEST,
+    Answer,
+    answers_path,
+    append_answer,
+    first_divergence,
+    read_answers,
+    read_manifest,
+    write_json,
+)
 from specbench.sampling import turn_seed
-from specbench.results import (BASELINE, MANIFEST, Answer, answers_path, append_answer, first_divergence,
-                               read_answers, read_manifest, write_json)
 
 WARMUP_TOKENS = 32
 
@@ -225,8 +234,10 @@ class Run:
                 if name == BASELINE:
                     vanilla_ids = record.output_ids
                 stats = live[name]
-                stats[0] += sum(record.new_tokens); stats[1] += sum(record.wall_time)
-                stats[2] += len(record.accept_lengths); stats[3] += sum(record.accept_lengths)
+                stats[0] += sum(record.new_tokens)
+                stats[1] += sum(record.wall_time)
+                stats[2] += len(record.accept_lengths)
+                stats[3] += sum(record.accept_lengths)
                 bar.set_postfix_str(" ".join(f"{n}:{s[0] / max(s[1], 1e-9):.1f}tok/s tau={s[3] / max(s[2], 1):.2f}"
                                              for n, s in live.items() if s[2]))
                 bar.update(1)

@@ -12,8 +12,9 @@ flagged by `warnings`); different and not yet re-scored (`specbench attribute RU
 the largest margin-or-deficit / bound of the divergent turns (above 1: a mismatch). All are empty for
 sampled runs, whose ids are not compared.
 ``temperature``, ``verify`` and ``lossless`` say how the drafter's answers were sampled and verified
-(records from before sampling existed count as greedy). ``tree_budget`` is the budget the drafter ran at (empty for records that predate it; the largest if
-records of one drafter disagree, which only hand-merged runs can do).
+(records from before sampling existed count as greedy). ``tree_budget`` is the budget the drafter ran at
+(empty for records that predate it; the largest if records of one drafter disagree, which only hand-merged
+runs can do).
 """
 
 from __future__ import annotations
@@ -25,8 +26,18 @@ import pandas as pd
 
 from specbench import metrics
 from specbench.errors import SpecbenchError
-from specbench.results import (BASELINE, EQUAL, MISMATCH, NEAR_TIE, SUMMARY, UNATTRIBUTED, Answer, drafter_order,
-                               load_run, turn_outcomes)
+from specbench.results import (
+    BASELINE,
+    EQUAL,
+    MISMATCH,
+    NEAR_TIE,
+    SUMMARY,
+    UNATTRIBUTED,
+    Answer,
+    drafter_order,
+    load_run,
+    turn_outcomes,
+)
 from specbench.sampling import Sampling
 
 COLUMNS = [

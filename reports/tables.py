@@ -138,7 +138,8 @@ def category_table(data: pd.DataFrame) -> Table:
         "Drafted": [DASH if d == BASELINE else pct(v) for d, v in zip(data["drafter"], data["proposed_share"])],
         **{f"α{c.rsplit('_', 1)[1]}": [pct(v) for v in data[c]] for c in depths},
     })
-    note = ("Budget: max tree nodes per step the drafter ran at. τ: mean tokens per verification step (accepted drafts + bonus). Speedup: vanilla's time per token "
+    note = ("Budget: max tree nodes per step the drafter ran at. τ: mean tokens per verification step (accepted drafts + "
+            "bonus). Speedup: vanilla's time per token "
             "over the drafter's, same questions, paired bootstrap 95% CI over questions. Equal to vanilla: "
             "share of (question, turn) outputs identical to vanilla's, token for token. Drafted: share of steps where "
             "the drafter proposed anything. αd: acceptance at depth d "

@@ -26,7 +26,7 @@ import torch
 from conftest import build_tiny_model, make_target, plain_greedy
 from specbench import kv
 from specbench.errors import SpecbenchError
-from specbench.harness.attribution import (ACCUMULATION, UNIT_ROUNDOFF, RoundingBound, Rescorer, attribute_run)
+from specbench.harness.attribution import ACCUMULATION, UNIT_ROUNDOFF, Rescorer, RoundingBound, attribute_run
 from specbench.harness.cli import main
 from specbench.questions import Question
 from specbench.reports.summary import summarize

@@ -251,7 +251,8 @@ def test_skipping_hopeless_expansions_leaves_the_dynamic_tree_unchanged(seed, bu
             paths = [() if i < 0 else tuple(candidates.tokens[a] for a in candidates.ancestors(i)) for i in frontier]
             log_probs, tokens = map(torch.stack, zip(*(children(path) for path in paths)))  # [F, k] each
             above = torch.tensor([0.0 if i < 0 else candidates.scores[i] for i in frontier], dtype=torch.float64)
-            added = candidates.add(tokens.flatten(), (above[:, None] + log_probs).flatten(), [i for i in frontier for _ in range(k)])
+            parents = [i for i in frontier for _ in range(k)]
+            added = candidates.add(tokens.flatten(), (above[:, None] + log_probs).flatten(), parents)
             frontier = candidates.best(added, k)
             if prune:
                 frontier = candidates.worth_expanding(frontier, budget)

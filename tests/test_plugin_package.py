@@ -170,7 +170,6 @@ def _load_fixture_module():
 @pytest.mark.parametrize("k", [1, 4])
 def test_example_drafter_is_lossless_on_a_tiny_model(llama_target, k):
     from conftest import PROMPTS, plain_greedy
-
     from specbench.harness.loop import generate
 
     drafter = _load_fixture_module().RepeatLastDrafter(k=k)

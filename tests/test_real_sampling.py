@@ -31,12 +31,12 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from stats import ALPHA, randomized_pit, uniform_fit
 from specbench import DraftContext, Drafter, DraftTree, VerifyOutcome
 from specbench.harness.loop import generate
 from specbench.registry import create_drafter
 from specbench.sampling import Sampling
 from specbench.verify import RejectionRule
+from stats import ALPHA, randomized_pit, uniform_fit
 
 pytestmark = [
     pytest.mark.slow,

@@ -29,12 +29,12 @@ import pytest
 import torch
 
 from conftest import PROMPTS, build_tiny_model, make_target
-from stats import ALPHA, chi_square_fit, randomized_pit, uniform_fit
 from specbench import DraftContext, Drafter, DraftTree, kv
 from specbench.harness.loop import generate
 from specbench.registry import available_drafters
 from specbench.sampling import Sampling
 from specbench.verify import RejectionRule
+from stats import ALPHA, chi_square_fit, randomized_pit, uniform_fit
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -21,11 +21,11 @@ from collections import Counter
 import pytest
 import torch
 
-from stats import ALPHA, chi_square_fit
 from specbench.errors import SpecbenchError
 from specbench.sampling import Sampling
 from specbench.tree import DraftTree
 from specbench.verify import RejectionRule, TypicalRule, make_rule
+from stats import ALPHA, chi_square_fit
 
 V = 6
 K = 3             # tokens per sampled sequence
