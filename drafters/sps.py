@@ -93,7 +93,7 @@ class SpSDrafter(Drafter):
             with warnings.catch_warnings():  # torch deprecates the quantized-tensor API it uses inside, and
                 warnings.simplefilter("ignore", UserWarning)  # torch.ao.quantization itself (torchao replaces it)
                 warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated", DeprecationWarning)
-                plain = copy.deepcopy(target.model)
+                plain = copy.deepcopy(target.model).float()  # int8 dynamic quantization takes float32 weights
                 use_kernel(plain, "torch")  # quantize_dynamic matches nn.Linear by exact type (specbench.linear)
                 draft = torch.ao.quantization.quantize_dynamic(plain, {torch.nn.Linear}, dtype=torch.qint8)
         else:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import EOS, PROMPTS, build_tiny_model, plain_greedy
+from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
 from specbench.drafters.sps import SpSDrafter, _check_same_tokenizer
 from specbench.errors import DrafterOptionError
 from specbench.harness.loop import generate
@@ -122,3 +122,15 @@ def test_the_int8_self_draft_is_quantized_on_the_weight_left_target(llama_target
     assert llama_target.linear_kernel == "weight-left"  # the target itself is untouched by the copy
     assert all(type(m).__name__ == "WeightLeftLinear" for m in llama_target.model.modules()
                if isinstance(m, torch.nn.Linear))
+
+
+def test_the_int8_self_draft_of_a_bfloat16_target_drafts(llama_target):
+    """A bf16 target's int8 copy is quantized from float32 weights (quantize_dynamic takes nothing else) and
+    drafts; verification stays the bf16 target's, so the output is that target's greedy decoding."""
+    target = make_target(build_tiny_model("llama").to(torch.bfloat16))
+    drafter = SpSDrafter(self_draft="int8", depth=3)
+    drafter.reset(target.handle)
+    assert any("quantized" in type(m).__module__ for m in drafter._draft.modules())
+    for prompt in PROMPTS[:2]:
+        result = generate(target, drafter, prompt, 12, 4)
+        assert result.output_ids == generate(target, create_drafter("vanilla"), prompt, 12, 1).output_ids
