@@ -5,7 +5,7 @@ tests find it everywhere."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pytest
 
@@ -65,7 +65,7 @@ def test_resume_refuses_a_run_with_another_value(tmp_path):
     (out / "answers").mkdir(parents=True)
     (out / "answers" / "vanilla.jsonl").write_text("")
     recorded = WithDraftBias(out=str(out), drafters=["vanilla"])
-    (out / "manifest.json").write_text(json.dumps({"config": vars(recorded)}))
+    (out / "manifest.json").write_text(json.dumps({"config": asdict(recorded)}))
     Run(WithDraftBias(out=str(out), drafters=["vanilla"], resume=True))  # same settings: resumes
     with pytest.raises(SpecbenchError, match=r"--resume with different settings .*draft_bias: 3 -> 5"):
         Run(WithDraftBias(out=str(out), drafters=["vanilla"], resume=True, draft_bias=5))

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -109,12 +110,12 @@ def test_config_files_toml_json_and_manifests(tmp_path):
     assert config.dtype == "float32"  # given explicitly: over the file's preset
     assert config.drafter_options == {"hydra": {"tree": "static", "checkpoint": "owner/hydra-heads"}}
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"specbench_version": "0.1.0", "config": vars(config) | {"out": "runs/old",
-                                                                                           "resume": True}}))
+    recorded = asdict(config) | {"out": "runs/old", "resume": True}  # as build_manifest records a config
+    manifest.write_text(json.dumps({"specbench_version": "0.1.0", "config": recorded}))
     again = RunConfig.from_layers({"config_file": str(manifest)})
     assert again.out != "runs/old" and again.resume is False  # a rerun writes somewhere new
-    assert {k: v for k, v in vars(again).items() if k not in ("out", "config_file")} == \
-        {k: v for k, v in vars(config).items() if k not in ("out", "config_file")}
+    assert {k: v for k, v in asdict(again).items() if k not in ("out", "config_file")} == \
+        {k: v for k, v in asdict(config).items() if k not in ("out", "config_file")}
     for text, error in (("max_new_tokens = [", "not TOML"), ("colour = 1", r"unknown option\(s\) colour")):
         toml.write_text(text)
         with pytest.raises(SpecbenchError, match=error):
