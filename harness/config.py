@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specbench.errors import SpecbenchError
-from specbench.harness.autobudget.calibration import HELDOUT, HELDOUT_PER_CATEGORY, SHIPPED
+from specbench.harness.autobudget.calibration import HELDOUT, HELDOUT_PER_CATEGORY, PACKAGE, PACKAGE_NAMES
 from specbench.harness.autobudget.spec import DEFAULT_CANDIDATES, parse_budget_spec, split_entry
 from specbench.harness.options import at_least, csv, declared, drafter_options, int_csv, integer, normalise, number, option
 from specbench.hub import is_hub_id
@@ -89,9 +89,10 @@ class RunConfig:
                                  "this machine)", metavar="FILE", resume=False)
     calibration: str | None = option(None, f"what `auto` calibrates on: '{HELDOUT}' (up to {HELDOUT_PER_CATEGORY} "
                                      "questions per category of the benchmark that the run leaves out), "
-                                     f"'{SHIPPED}' (16 held-out ShareGPT prompts in the package) or a question "
-                                     "file; default: heldout when the run leaves questions of every category out "
-                                     "(--limit), else shipped", metavar="FILE")
+                                     f"'{PACKAGE}' (16 two-turn questions written for specbench, two per MT-bench "
+                                     "category, disjoint from the drafters' ShareGPT training data; 'shipped' is "
+                                     "its earlier name) or a question file; default: heldout when the run leaves "
+                                     "questions of every category out (--limit), else package", metavar="FILE")
     auto_budgets: list[int] | None = option(None, "budgets `auto` chooses among (default: "
                                             f"{','.join(map(str, DEFAULT_CANDIDATES))} up to the profile's largest)",
                                             parse=int_csv, check=at_least(1), metavar="N,N,...")
@@ -151,7 +152,7 @@ class RunConfig:
         self.sampling  # impossible sampling settings raise here
         if self.calibration == HELDOUT:
             heldout_questions(self.bench, self.categories, self.limit)  # a run that leaves none out stops here
-        elif self.calibration not in (None, SHIPPED):
+        elif self.calibration not in (None, *PACKAGE_NAMES):
             load_questions(resolve_bench(self.calibration))  # a bad calibration file stops the run here
         unknown = sorted(set(self.drafter_options) - {split_entry(name)[0] for name in self.drafters})
         if unknown:

@@ -197,13 +197,15 @@ def test_heldout_calibration_is_the_benchmarks_questions_the_run_leaves_out(tiny
 
 def test_auto_calibrates_on_held_out_questions_by_default_when_the_run_leaves_some_out(tiny_run_setup, tmp_path):
     """No --calibration: held-out benchmark questions when every category of the run keeps one back, the
-    shipped set when the run answers a whole category; an explicit choice always wins."""
-    from specbench.harness.autobudget.calibration import HELDOUT, SHIPPED, calibration_source
+    package's set when the run answers a whole category; an explicit choice always wins ('shipped' is the
+    package set's earlier name)."""
+    from specbench.harness.autobudget.calibration import HELDOUT, PACKAGE, SHIPPED, calibration_source
 
     assert calibration_source(None, "demo", ["math", "coding"], 1) == HELDOUT
-    assert calibration_source(None, "demo", ["math", "coding"], 2) == SHIPPED  # demo has two per category
-    assert calibration_source(None, "demo", ["math"], None) == SHIPPED
-    assert calibration_source(SHIPPED, "demo", ["math"], 1) == SHIPPED
+    assert calibration_source(None, "demo", ["math", "coding"], 2) == PACKAGE  # demo has two per category
+    assert calibration_source(None, "demo", ["math"], None) == PACKAGE
+    assert calibration_source(PACKAGE, "demo", ["math"], 1) == PACKAGE
+    assert calibration_source(SHIPPED, "demo", ["math"], 1) == PACKAGE
     assert calibration_source("my.jsonl", "demo", ["math"], 1) == "my.jsonl"
 
     target, _, profile = tiny_run_setup

