@@ -209,7 +209,7 @@ def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, confi
 
     Returns (history, training seconds): one history row per epoch, ``{"epoch": N}`` and ``data.history``'s.
     """
-    from tqdm import tqdm
+    from specbench.progress import phase
 
     optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=config.lr,
                                   weight_decay=config.weight_decay)
@@ -220,9 +220,8 @@ def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, confi
         began = time.perf_counter()
         module.train()
         records: list[list[float]] = []
-        bar = tqdm(data.batches(epoch), total=data.steps, desc=f"{config.method} epoch {epoch + 1}/{config.epochs}",
-                   disable=not progress)
-        for batch in bar:
+        bar = phase(f"train {config.method} epoch {epoch + 1}/{config.epochs}", data.steps, "step", show=progress)
+        for batch in data.batches(epoch):
             optimizer.zero_grad(set_to_none=True)
             step: list[float] = []
             for part in data.losses(batch):
@@ -234,8 +233,8 @@ def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, confi
             optimizer.step()
             scheduler.step()
             records.append(step)
-            if step:
-                bar.set_postfix(loss=f"{sum(step) / len(step):.3f}")
+            bar.update(1, **({"loss": f"{sum(step) / len(step):.3f}"} if step else {}))
+        bar.close()
         seconds += time.perf_counter() - began
         history.append({"epoch": epoch + 1} | data.history(records))
         checkpoints.save(epoch + 1, history, seconds)

@@ -246,14 +246,14 @@ def run_distill(config: DistillConfig, target: TargetModel, prompt_ids: dict[str
 
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "manifest.json", manifest)
-    from tqdm import tqdm
+    from specbench.progress import phase
 
     source = Path(tokens_from) if tokens_from else None
     shards_per_batch = max(1, config.batch_size // config.shard_size)
     for split in SPLITS:
         prompts = prompt_ids.get(split, [])
         chunks = [prompts[start : start + config.shard_size] for start in range(0, len(prompts), config.shard_size)]
-        bar = tqdm(total=len(prompts), desc=f"distill {split}", unit="prompt", disable=not progress)
+        bar = phase(f"distill {split}", len(prompts), "prompt", show=progress)
         counts = manifest["counts"].setdefault(split, {"samples": 0, "tokens": 0, "response_tokens": 0,
                                                        "generate_seconds": 0.0, "hidden_seconds": 0.0})
 

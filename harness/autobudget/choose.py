@@ -36,6 +36,7 @@ from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetCh
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
 from specbench.harness.loop import generate
 from specbench.model import cache_root
+from specbench.progress import enabled
 from specbench.questions import load_questions
 from specbench.results import BASELINE
 
@@ -88,7 +89,8 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
            "candidates": candidates, "machine": machine}
 
     def replayed() -> list[dict]:
-        table = sweep(target, {name: drafter}, [("calibration", t) for t in trajectories], candidates, max_new_tokens)
+        table = sweep(target, {name: drafter}, [("calibration", t) for t in trajectories], candidates, max_new_tokens,
+                      label=f"replay {name}")
         return [asdict(budget_point(row)) for row in table[table["category"] == "overall"].itertuples()]
 
     path = root / "calibration" / "curves" / f"{name}-{key_digest(key)}.json"
@@ -115,7 +117,13 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
 def resolve_budgets(config, target, prompts, drafters: dict,
                     progress: bool = False) -> tuple[dict[str, BudgetChoice], dict | None]:
     """(each drafter's `BudgetChoice`, what calibration used, or None when no budget is ``auto``) for a
-    `RunConfig`. A missing profile is measured here (and cached), as `specbench profile` would."""
+    `RunConfig`. A missing profile is measured here (and cached), as `specbench profile` would. With
+    ``progress``, the profile, the greedy pass and each drafter's replays show bars (`specbench.progress`)."""
+    with enabled(progress):
+        return _resolve_budgets(config, target, prompts, drafters, progress)
+
+
+def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) -> tuple[dict[str, BudgetChoice], dict | None]:
     wanted = parse_budget_spec(config.tree_budget, list(drafters))
     if AUTO not in wanted.values():
         return choose_budgets(wanted, None), None

@@ -29,6 +29,7 @@ from specbench import kv
 from specbench.errors import SpecbenchError
 from specbench.model import cache_root
 from specbench.placement import placement_summary
+from specbench.progress import phase
 from specbench.timing import wall_clock
 from specbench.tree import DraftTree
 
@@ -202,6 +203,7 @@ def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int
     # profile had the 1-node chain at 43 ms and the 1-node bushy tree at 34 ms, moving every chain ratio).
     structure = {(shape, n): tuple(tree.parents.tolist()) for shape, n, tree in cells}
     times: dict[tuple[int, ...], list[float]] = {key: [] for key in structure.values()}
+    bar = phase("verify-cost profile", (warmup + repeats) * len(cells), "forward")
     for round_number in range(warmup + repeats):
         shift = round_number % len(cells)
         for shape, n, tree in cells[shift:] + cells[:shift]:
@@ -211,6 +213,8 @@ def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int
             rewind(cache, prefix)
             if round_number >= warmup:
                 times[structure[shape, n]].append(elapsed)
+            bar.update(1)  # after the clock stopped
+    bar.close()
     ms = {shape: [statistics.median(times[structure[shape, n]]) for n in sizes] for shape in shapes}
     return VerifyProfile(key=profile_key(target), sizes=list(sizes), ms=ms, prefix=prefix, repeats=repeats,
                          measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))

@@ -29,6 +29,7 @@ from specbench.errors import SpecbenchError
 from specbench.harness.autobudget.predict import BudgetPoint, predicted_speedup
 from specbench.harness.autobudget.trajectories import Trajectory
 from specbench.harness.loop import generate
+from specbench.progress import phase
 from specbench.results import first_divergence
 from specbench.tree import DraftTree
 from specbench.verify import greedy_path
@@ -98,18 +99,18 @@ def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int
 
 
 def sweep(target, drafters: dict[str, Drafter], turns: list[tuple[str, Trajectory]], budgets: list[int],
-          max_new_tokens: int, progress: bool = False) -> "pd.DataFrame":
+          max_new_tokens: int, progress: bool | None = None, label: str = "replay") -> "pd.DataFrame":
     """Replay every drafter at every budget over ``turns`` ((category, trajectory) pairs); one row per
     drafter, budget and category (plus ``overall``): tau, steps, mean draft ms per step (the drafter's own
     propose cost, transform included), mean tree size, unconditional acceptance by depth, and the trees
-    proposed ("nodes:depth x steps" ...; `budget_point` reads them)."""
+    proposed ("nodes:depth x steps" ...; `budget_point` reads them). ``label`` names the progress phase;
+    ``progress`` None follows the enclosing `specbench.progress.enabled` block."""
     import pandas as pd
-    from tqdm import tqdm
 
     from specbench import metrics
 
     rows = []
-    bar = tqdm(total=len(drafters) * len(budgets) * len(turns), desc="replay", unit="turn", disable=not progress)
+    bar = phase(label, len(drafters) * len(budgets) * len(turns), "turn", show=progress)
     for name, drafter in drafters.items():
         for budget in budgets:
             steps_by_category: dict[str, list] = {}

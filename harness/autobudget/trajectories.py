@@ -27,6 +27,7 @@ import torch
 
 from specbench.drafters.vanilla import VanillaDrafter
 from specbench.harness.loop import generate
+from specbench.progress import phase
 from specbench.questions import Question
 
 
@@ -58,14 +59,17 @@ def record_trajectory(target, prompt_ids: list[int], max_new_tokens: int) -> Tra
     return Trajectory(ids[: len(prompt_ids)], ids[len(prompt_ids):], hidden)
 
 
-def question_trajectories(target, prompts, question, max_new_tokens: int) -> list[Trajectory]:
-    """One trajectory per turn, each turn prompted with the greedy answers before it (as a run does)."""
+def question_trajectories(target, prompts, question, max_new_tokens: int, bar=None) -> list[Trajectory]:
+    """One trajectory per turn, each turn prompted with the greedy answers before it (as a run does);
+    each turn counts one unit of ``bar`` (a `specbench.progress.Phase`) if given."""
     answers: list[str] = []
     trajectories = []
     for turn in range(len(question.turns)):
         trajectory = record_trajectory(target, prompts.build(question.turns[: turn + 1], answers), max_new_tokens)
         trajectories.append(trajectory)
         answers.append(prompts.answer_text(trajectory.continuation.tolist()))
+        if bar is not None:
+            bar.update(1)
     return trajectories
 
 
@@ -111,7 +115,8 @@ def cached_trajectories(target, prompts, questions: list[Question], max_new_toke
         return [[Trajectory(t["prompt"], t["continuation"], t["hidden"].to(target.device, target.dtype))
                  for t in itertools.islice(stored, len(q.turns))]  # float32 on disk holds bf16 exactly
                 for q in questions], key, path
-    recorded = [question_trajectories(target, prompts, question, max_new_tokens) for question in questions]
+    with phase("greedy pass", sum(len(q.turns) for q in questions), "turn") as bar:
+        recorded = [question_trajectories(target, prompts, question, max_new_tokens, bar) for question in questions]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save([{"prompt": t.prompt, "continuation": t.continuation, "hidden": t.hidden.float().cpu()}
