@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.results import ANSWERS, BASELINE, Answer, load_run, read_manifest
+from specbench.results import ANSWERS, BASELINE, Answer, answer_files, load_run, read_manifest
 from specbench.sampling import Sampling
 
 
@@ -79,8 +79,9 @@ def load_results(folder: Path, allow_incomplete: bool = False) -> RunResults:
     if not folder.is_dir():
         raise SpecbenchError(f"run directory not found: {folder}")
     answers = load_run(folder)
+    files = answer_files(folder / ANSWERS)
     for name, records in answers.items():
-        path = folder / ANSWERS / f"{name}.jsonl"
+        path = files.get(name, folder / ANSWERS / f"{name}.jsonl")
         seen = set()
         for record in records:
             if record.question_id in seen:

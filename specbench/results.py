@@ -25,10 +25,15 @@ vanilla's (`check_claims`), naming the file, question and turn.
 
 Lines are appended (and flushed to disk) only when a question is finished, so an interrupted run loses
 at most the question in flight and ``--resume`` continues after the last complete line.
+
+A finished run's answer files may be gzip-compressed (``answers/<drafter>.jsonl.gz``, e.g. ``gzip -9n``) to
+keep committed runs small: `load_run`, and so the summary and ``specbench report``, read either form
+(`answer_files`); a drafter with both a plain and a compressed file is refused as ambiguous.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -47,6 +52,7 @@ BASELINE = "vanilla"  # the reference every drafter's speedup and ids are compar
 EQUAL, NEAR_TIE, MISMATCH = "equal", "near-tie", "mismatch"
 STATUSES = (EQUAL, NEAR_TIE, MISMATCH)
 UNATTRIBUTED = "unattributed"  # a divergent turn no fp32 re-score has looked at yet (`specbench attribute`)
+ANSWER_SUFFIXES = (".jsonl", ".jsonl.gz")  # plain, and gzip-compressed (a finished run kept small)
 REQUIRED_CHOICE_KEYS = ("turns", "new_tokens", "wall_time", "decoding_steps", "accept_lengths", "output_ids", "steps")
 
 
@@ -238,6 +244,31 @@ def answers_path(out: Path, drafter: str) -> Path:
     return Path(out) / ANSWERS / f"{drafter}.jsonl"
 
 
+def answer_files(folder: Path) -> dict[str, Path]:
+    """Each drafter's answer file in an ``answers/`` folder, by drafter name, sorted by name: plain
+    ``NAME.jsonl`` or compressed ``NAME.jsonl.gz``; a one-line error when a drafter has both."""
+    files: dict[str, Path] = {}
+    for suffix in ANSWER_SUFFIXES:
+        for path in sorted(Path(folder).glob(f"*{suffix}")):
+            name = path.name[: -len(suffix)]
+            if name in files:
+                raise SpecbenchError(f"{folder} holds both {files[name].name} and {path.name}: keep one")
+            files[name] = path
+    return dict(sorted(files.items()))
+
+
+def read_text(path: Path) -> str:
+    """An answer file's text, decompressed when its name ends in ``.gz``."""
+    path = Path(path)
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                return handle.read()
+        except (OSError, EOFError) as exc:
+            raise SpecbenchError(f"{path}: not a readable gzip file ({exc})") from None
+    return path.read_text(encoding="utf-8")
+
+
 def append_answer(path: Path, answer: Answer) -> None:
     """Append one finished question and force it to disk."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -252,13 +283,14 @@ def read_answers(path: Path, drop_partial_tail: bool = False, keep_file: bool = 
 
     With ``drop_partial_tail`` a last line without its newline (a write cut short by a kill) is ignored
     and removed, so a resumed run appends after the last complete question; ``keep_file`` ignores it
-    without touching the file (another process's file, in a sharded run).
+    without touching the file (another process's file, in a sharded run). A ``.gz`` file is read
+    decompressed and never rewritten.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     if drop_partial_tail and text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
-        if not keep_file:
+        if not keep_file and path.suffix != ".gz":
             path.write_text(text, encoding="utf-8")
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -277,10 +309,11 @@ def load_run(out: Path) -> dict[str, list[Answer]]:
     folder = Path(out) / ANSWERS
     if not folder.is_dir():
         raise SpecbenchError(f"{out} holds no {ANSWERS}/ folder: not a specbench run directory")
-    runs = {path.stem: read_answers(path) for path in sorted(folder.glob("*.jsonl"))}
+    files = answer_files(folder)
+    runs = {name: read_answers(path) for name, path in files.items()}
     if not runs:
         raise SpecbenchError(f"{folder} holds no answer files")
-    check_claims(runs, folder)
+    check_claims(runs, folder, files)
     listed = ((read_manifest(out) or {}).get("config") or {}).get("drafters") or []
     order = drafter_order([name for name in listed if name in runs] + list(runs))
     return {name: runs[name] for name in order}
@@ -311,14 +344,17 @@ def turn_outcomes(record: Answer, reference: Answer | None) -> list[str | None]:
     return outcomes
 
 
-def check_claims(runs: dict[str, list[Answer]], folder: Path | None = None) -> None:
+def check_claims(runs: dict[str, list[Answer]], folder: Path | None = None,
+                 files: dict[str, Path] | None = None) -> None:
     """Refuse (`SpecbenchError`, one line naming file, question and turn) a record whose recorded
     ``first_divergence`` or attribution status disagrees with its ids and vanilla's ids of the same question
     and turn (a hand-edited or corrupted file). Records with no claim (null) and questions vanilla has no
-    record of are not checked; sampled records claim nothing."""
+    record of are not checked; sampled records claim nothing. ``files``: each drafter's file, for the
+    message (default ``folder/NAME.jsonl``)."""
     reference = {record.question_id: record for record in runs.get(BASELINE, [])}
     for name, records in runs.items():
-        path = f"{folder}/{name}.jsonl" if folder is not None else f"{ANSWERS}/{name}.jsonl"
+        path = (str((files or {})[name]) if name in (files or {}) else
+                f"{folder}/{name}.jsonl" if folder is not None else f"{ANSWERS}/{name}.jsonl")
         for record in records:
             base = reference.get(record.question_id)
             if base is None or not compared(record):

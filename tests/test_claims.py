@@ -1,0 +1,266 @@
+"""Claims recomputed from answers: every table the README and the reference docs mark as a claim is
+rebuilt from its run directory's answer files with the metric code, and any difference fails.
+
+A claim block in a markdown file is::
+
+    <!-- claim: docs/runs/NAME [KIND] -->
+    ...the table...
+    <!-- /claim -->
+
+KIND ``summary`` (the default) is the table `specbench run` prints at its end (`reports.summary.format_table`
+of `summarize(load_run(RUN))`, in a ``text`` fence); ``attribution`` is the markdown table of how each drafter's
+ids compare with vanilla's (turns, equal, near-tie, mismatch, largest margin-or-deficit over the bound), from
+the same summary. Paths are relative to the repository root. Nobody writes a block by hand:
+
+    python -m tests.test_claims --write [FILE ...]   # (re)write every block from its run (default: README.md, docs/*.md)
+    python -m tests.test_claims [FILE ...]           # check, printing each difference
+
+The tests also check that answer files compressed as ``.jsonl.gz`` read like plain ones (committed runs keep
+their answers compressed), and that every committed run with answers still gives its committed summary.csv.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from specbench.errors import SpecbenchError
+from specbench.reports.summary import OVERALL, format_table, summarize, write_summary
+from specbench.results import ANSWERS, BASELINE, SUMMARY, answer_files, load_run, read_answers
+from tests.test_summary import write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("summary", "attribution")
+BLOCK = re.compile(r"^(?P<open>(?P<indent>[ \t]*)<!-- claim: (?P<run>\S+)(?: (?P<kind>\w+))? -->\n)(?P<body>.*?)"
+                   r"(?P<close>[ \t]*<!-- /claim -->)", re.DOTALL | re.MULTILINE)
+RUN_FOLDERS = ("docs/runs", "docs/gpu-runs")
+
+
+def claim_docs() -> list[Path]:
+    """The files whose claims are checked: the README and the reference docs (not the journal)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def summary_of(run: Path) -> pd.DataFrame:
+    """The run's summary recomputed from its answer files (never from its summary.csv)."""
+    return summarize(load_run(run))
+
+
+def attribution_table(summary: pd.DataFrame) -> str:
+    """Markdown: per drafter whose ids were compared, its turns equal / near-tie / mismatch to vanilla's."""
+    rows = summary[(summary["category"] == OVERALL) & (summary["drafter"] != BASELINE) & summary["equal_turns"].notna()]
+    lines = ["| drafter | turns | equal | near-tie | mismatch | largest margin-or-deficit / B |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for _, row in rows.iterrows():
+        value = row["max_over_bound"]
+        worst = "-" if pd.isna(value) else f"{value:.3f}" if value < 1 else f"{value:.2f}"
+        lines.append(f"| {row['drafter']} | {int(row['turns'])} | {int(row['equal_turns'])} | "
+                     f"{int(row['near_tie_turns'])} | {int(row['mismatch_turns'])} | {worst} |")
+    return "\n".join(lines)
+
+
+def render(run: Path, kind: str, indent: str = "") -> str:
+    """A claim block's body (without the markers), recomputed from ``run``'s answers; each line indented
+    as the opening marker is (a block inside a list item)."""
+    if kind not in KINDS:
+        raise SpecbenchError(f"claim kind {kind!r}: expected one of {', '.join(KINDS)}")
+    summary = summary_of(run)
+    body = attribution_table(summary) if kind == "attribution" else f"```text\n{format_table(summary)}\n```"
+    return "".join(f"{indent}{line}\n" if line else "\n" for line in body.split("\n"))
+
+
+@dataclass
+class Claim:
+    doc: Path
+    line: int
+    run: str
+    kind: str
+    body: str
+    indent: str = ""
+
+
+def claims_in(doc: Path) -> list[Claim]:
+    text = doc.read_text(encoding="utf-8")
+    return [Claim(doc, text.count("\n", 0, m.start()) + 1, m["run"], m["kind"] or "summary", m["body"], m["indent"])
+            for m in BLOCK.finditer(text)]
+
+
+def differences(claim: Claim, root: Path = ROOT) -> str:
+    """'' when the block equals its recomputation, else a unified diff (stated -> recomputed)."""
+    run = root / claim.run
+    if not (run / ANSWERS).is_dir():
+        return f"{claim.run} has no answers/ folder: the claim cannot be recomputed\n"
+    fresh = render(run, claim.kind, claim.indent)
+    if fresh == claim.body:
+        return ""
+    return "".join(difflib.unified_diff(claim.body.splitlines(True), fresh.splitlines(True),
+                                        f"{claim.doc.name}:{claim.line} (stated)", f"{claim.run} (recomputed)"))
+
+
+def write_claims(doc: Path, root: Path = ROOT) -> int:
+    """Rewrite every claim block of ``doc`` from its run; the number of blocks that changed."""
+    text = doc.read_text(encoding="utf-8")
+    changed = 0
+
+    def fresh(match: re.Match) -> str:
+        nonlocal changed
+        body = render(root / match["run"], match["kind"] or "summary", match["indent"])
+        changed += body != match["body"]
+        return match["open"] + body + match["close"]
+
+    doc.write_text(BLOCK.sub(fresh, text), encoding="utf-8")
+    return changed
+
+
+def committed_runs() -> list[Path]:
+    """Every committed run directory that keeps its answers."""
+    return sorted(run for folder in RUN_FOLDERS for run in (ROOT / folder).glob("*") if (run / ANSWERS).is_dir())
+
+
+# ---- answers compressed as .jsonl.gz ----------------------------------------------------------------------
+def gzip_answers(run: Path) -> None:
+    for path in sorted((run / ANSWERS).glob("*.jsonl")):
+        with open(path, "rb") as plain, gzip.open(path.with_name(path.name + ".gz"), "wb") as packed:
+            shutil.copyfileobj(plain, packed)
+        path.unlink()
+
+
+def test_compressed_answers_give_the_same_summary_and_report(tmp_path, capsys):
+    from specbench.harness.cli import main
+
+    plain, packed = write_run(tmp_path / "plain"), write_run(tmp_path / "packed")
+    gzip_answers(packed)
+    assert sorted(p.name for p in (packed / ANSWERS).iterdir()) == ["ngram.jsonl.gz", "vanilla.jsonl.gz"]
+    assert {name: p.name for name, p in answer_files(packed / ANSWERS).items()} == \
+        {"ngram": "ngram.jsonl.gz", "vanilla": "vanilla.jsonl.gz"}
+    assert load_run(packed) == load_run(plain)
+    pd.testing.assert_frame_equal(write_summary(packed), write_summary(plain))
+    assert (packed / SUMMARY).read_text() == (plain / SUMMARY).read_text()
+    assert main(["report", str(packed), "--out", str(tmp_path / "report")]) == 0
+    assert "ngram" in capsys.readouterr().out
+    assert (tmp_path / "report" / SUMMARY).read_text() == (plain / SUMMARY).read_text()
+
+
+def test_a_compressed_file_with_a_cut_tail_is_read_but_never_rewritten(tmp_path):
+    run = write_run(tmp_path / "run")
+    path = run / ANSWERS / "ngram.jsonl"
+    text = path.read_text()
+    packed = path.with_name("ngram.jsonl.gz")
+    packed.write_bytes(gzip.compress((text + text.splitlines()[0][:30]).encode()))
+    path.unlink()
+    before = packed.read_bytes()
+    assert len(read_answers(packed, drop_partial_tail=True)) == len(text.splitlines())
+    assert packed.read_bytes() == before
+    with pytest.raises(SpecbenchError, match=r"ngram\.jsonl\.gz:\d+: malformed answer record"):
+        read_answers(packed)
+
+
+def test_a_drafter_with_both_a_plain_and_a_compressed_file_is_refused(tmp_path, capsys):
+    from specbench.harness.cli import main
+
+    run = write_run(tmp_path / "run")
+    path = run / ANSWERS / "ngram.jsonl"
+    path.with_name("ngram.jsonl.gz").write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(SpecbenchError, match="both ngram.jsonl and ngram.jsonl.gz"):
+        load_run(run)
+    assert main(["report", str(run)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "ngram.jsonl.gz" in err[0]
+
+
+def test_a_file_that_is_not_gzip_is_a_one_line_error(tmp_path):
+    run = write_run(tmp_path / "run")
+    (run / ANSWERS / "ngram.jsonl").rename(run / ANSWERS / "ngram.jsonl.gz")
+    with pytest.raises(SpecbenchError, match="not a readable gzip file"):
+        load_run(run)
+
+
+# ---- claim blocks ---------------------------------------------------------------------------------------
+def test_a_claim_block_is_written_from_the_run_and_one_cell_off_fails(tmp_path):
+    run = write_run(tmp_path / "runs" / "small")
+    gzip_answers(run)
+    doc = tmp_path / "doc.md"
+    doc.write_text("Intro.\n\n<!-- claim: runs/small -->\n(table)\n<!-- /claim -->\n\n"
+                   "<!-- claim: runs/small attribution -->\n<!-- /claim -->\nEnd.\n", encoding="utf-8")
+    assert write_claims(doc, tmp_path) == 2
+    assert write_claims(doc, tmp_path) == 0  # rewriting is idempotent
+    claims = claims_in(doc)
+    assert [(c.run, c.kind, c.line) for c in claims] == [("runs/small", "summary", 3), ("runs/small", "attribution",
+                                                                                      claims[0].body.count("\n") + 6)]
+    assert format_table(summarize(load_run(run))) in claims[0].body
+    assert claims[1].body.splitlines()[2].startswith("| ngram | ")
+    assert all(differences(c, tmp_path) == "" for c in claims)
+
+    text = doc.read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if line.lstrip().startswith("ngram") and "overall" in line)
+    cells = line.split()
+    for index in range(2, len(cells)):  # every numeric cell of the overall row, one at a time
+        try:
+            value = float(cells[index])
+        except ValueError:
+            continue
+        edited = line.replace(cells[index], f"{value + 0.001:.3f}" if "." in cells[index] else str(int(value) + 1), 1)
+        doc.write_text(text.replace(line, edited), encoding="utf-8")
+        diff = differences(claims_in(doc)[0], tmp_path)
+        assert diff and edited.strip() in diff and line.strip() in diff
+    doc.write_text(re.sub(r"\| ngram \| (\d+) \|", lambda m: f"| ngram | {int(m[1]) + 1} |", text), encoding="utf-8")
+    assert differences(claims_in(doc)[1], tmp_path)
+
+
+def test_a_claim_on_a_run_without_answers_fails(tmp_path):
+    (tmp_path / "runs" / "bare").mkdir(parents=True)
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- claim: runs/bare -->\n```text\nx\n```\n<!-- /claim -->\n", encoding="utf-8")
+    assert "no answers/ folder" in differences(claims_in(doc)[0], tmp_path)
+
+
+@pytest.mark.parametrize("claim", [c for doc in claim_docs() for c in claims_in(doc)],
+                         ids=lambda c: f"{c.doc.name}:{c.line}:{c.run}:{c.kind}")
+def test_each_claim_in_the_docs_is_recomputed_from_its_answers(claim):
+    diff = differences(claim)
+    assert not diff, f"{claim.doc.name}:{claim.line} differs from {claim.run}'s answers " \
+                     f"(python -m tests.test_claims --write rewrites it):\n{diff}"
+
+
+def test_the_docs_hold_claims():
+    """The marked tables exist, so the parametrised check above is not silently empty."""
+    assert sum(len(claims_in(doc)) for doc in claim_docs()) >= 2
+
+
+@pytest.mark.parametrize("run", committed_runs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_committed_run_with_answers_gives_its_committed_summary(run, tmp_path):
+    """summary.csv is what the answers give (the file written as `specbench run` writes it)."""
+    copy = tmp_path / run.name
+    shutil.copytree(run / ANSWERS, copy / ANSWERS)
+    if (run / "manifest.json").exists():
+        shutil.copy(run / "manifest.json", copy)
+    write_summary(copy)
+    assert (copy / SUMMARY).read_text() == (run / SUMMARY).read_text()
+
+
+def main(argv: list[str]) -> int:
+    write = "--write" in argv
+    docs = [Path(a) for a in argv if a != "--write"] or claim_docs()
+    failed = 0
+    for doc in docs:
+        if write:
+            print(f"{doc}: {write_claims(doc)} of {len(claims_in(doc))} claim blocks rewritten")
+            continue
+        for claim in claims_in(doc):
+            diff = differences(claim)
+            failed += bool(diff)
+            print(f"{doc}:{claim.line}: {claim.run} ({claim.kind}): {'DIFFERS' if diff else 'ok'}")
+            sys.stdout.write(diff)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
