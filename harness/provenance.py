@@ -5,6 +5,11 @@ an installed copy on a GPU machine).
 The commit is looked up from the package's folder (an editable install, a clone) and then from the
 working directory (a copy installed from a clone the run is started in); ``git_sha`` is null only when
 neither is inside a git checkout, and the source digest is always there.
+
+git is asked with ``safe.directory=*``: a checkout owned by another user (a tree copied onto a GPU machine,
+a container running as root) is otherwise refused as of "dubious ownership", and the H100 run's manifest
+recorded a null sha that way. Only read-only commands run (rev-parse, status), with the repository's
+fsmonitor hook switched off, so nothing the checkout's config names is executed.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ import subprocess
 from pathlib import Path
 
 PACKAGE_FOLDERS = ("specbench", "drafters", "harness", "reports")  # the repository's package folders
+TRUST = ("-c", "safe.directory=*", "-c", "core.fsmonitor=false")  # read another user's checkout, run no hook
 
 
 def _git(folder: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", *TRUST, *args], cwd=folder, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None

@@ -3,9 +3,12 @@ installed copy of the same code shares."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from specbench.harness.provenance import PACKAGE_FOLDERS, git_state, source_digest
 
@@ -47,3 +50,21 @@ def test_source_digest_is_the_same_for_a_clone_and_an_installed_copy(tmp_path):
     assert source_digest(clone) == source_digest(installed) == source_digest(ROOT)
     (installed / "tree.py").write_text((installed / "tree.py").read_text() + "\n# changed\n")
     assert source_digest(installed) != source_digest(clone)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give the checkout away")
+def test_a_checkout_owned_by_another_user_still_gives_its_commit(tmp_path):
+    """git refuses a repository another user owns ("dubious ownership"); the manifest's sha must not go null
+    (the H100 run's did: a tree copied onto the machine, run as root)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.txt").write_text("one\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "first")
+    mine = git_state((repo,))
+    for path in [repo, *repo.rglob("*")]:
+        os.chown(path, 65534, 65534, follow_symlinks=False)  # nobody
+    plain = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    assert plain.returncode != 0 and "dubious ownership" in plain.stderr  # what git alone does
+    assert git_state((repo,)) == mine and len(mine["git_sha"]) == 40 and mine["git_dirty"] is False
