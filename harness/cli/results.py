@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.harness.cli.common import Command
+from specbench.harness.cli.common import Command, check_out_dir
 from specbench.harness.options import csv
 
 
@@ -35,6 +35,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise SpecbenchError(f"--dpi must be at least 50, got {args.dpi}")
     if args.out is None and len(args.dirs) > 1:
         raise SpecbenchError("a report of several runs needs --out")
+    check_out_dir(args.out)
     runs = load_runs([Path(folder) for folder in args.dirs], args.labels, args.allow_incomplete)
     summaries = []
     for run in runs:  # the run's summary.csv rows, recomputed from its answers; the run itself is not written to
@@ -72,6 +73,7 @@ def export_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from specbench.reports.export import export_spec_bench, spec_bench_tokenizer
 
+    check_out_dir(args.out)
     paths = export_spec_bench(args.run, args.out, args.drafters, model=args.model_name, paired=not args.unpaired)
     for path in paths:
         print(path)

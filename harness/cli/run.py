@@ -7,8 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from specbench import progress
 from specbench.errors import SpecbenchError
-from specbench.harness.cli.common import EXIT_INTERRUPTED, Command, add_progress_flag, tree_sizes
+from specbench.harness.cli.common import (
+    EXIT_INTERRUPTED,
+    Command,
+    add_out_file,
+    add_progress_flag,
+    check_out_file,
+    tree_sizes,
+)
 from specbench.harness.config import TARGET, WORKLOAD, RunConfig
 from specbench.harness.options import add_options, csv, given
 from specbench.results import BASELINE
@@ -49,7 +57,8 @@ def profile_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefix", type=int, default=300, help="cached prefix length (tokens)")
     parser.add_argument("--repeats", type=int, default=7, help="timed forwards per size; the median is kept")
     parser.add_argument("--force", action="store_true", help="measure again even if this machine's profile is cached")
-    parser.add_argument("--out", default=None, help="also write the profile to this file")
+    add_out_file(parser, "--out-file", "also write the profile to this JSON file")
+    add_progress_flag(parser)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -73,8 +82,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for name in ("prefix", "repeats"):
         if getattr(args, name) < 1:
             raise SpecbenchError(f"--{name} must be at least 1")
-    if args.out and Path(args.out).is_dir():
-        raise SpecbenchError(f"--out {args.out} is a directory; give a file name")
+    out_file = check_out_file(args.out_file, "--out-file")
     if config.threads:
         torch.set_num_threads(config.threads)
     check_device(config.device)
@@ -85,11 +93,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
         profile = load_profile(path)
         print(f"cached profile {path} (measured {profile.measured}; --force measures again)", file=sys.stderr)
     else:
-        profile, path = measure_and_cache(target, cache_root(), sizes=sizes, shapes=args.shapes, prefix=args.prefix,
-                                          repeats=args.repeats)
+        with progress.enabled(not args.no_progress):
+            profile, path = measure_and_cache(target, cache_root(), sizes=sizes, shapes=args.shapes, prefix=args.prefix,
+                                              repeats=args.repeats)
         print(f"wrote {path}", file=sys.stderr)
-    if args.out:
-        save_profile(profile, Path(args.out))
+    if out_file:
+        save_profile(profile, out_file)
     key = profile.key
     print(f"{key['model']} on {key['device_name']} ({key['device']}, {key['dtype']}, {key['threads']} threads, "
           f"torch {key['torch']}); prefix {profile.prefix} tokens, median of {profile.repeats}")
@@ -102,7 +111,7 @@ def replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", default=REPLAY_BUDGETS, help="tree budgets to replay each drafter at")
     parser.add_argument("--by", choices=["category", "turn"], default="category",
                         help="group rows by question category (default) or by turn (turn 1, turn 2, ...)")
-    parser.add_argument("--out", dest="rows", default=None, help="CSV file for the rows (default: print only)")
+    add_out_file(parser, "--out-csv", "CSV file for the rows (default: print only)", dest="rows")
     add_progress_flag(parser)
 
 
@@ -118,8 +127,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specbench.questions import load_questions, resolve_bench, select_questions
 
     budgets = tree_sizes(args.budgets, "--budgets")
-    if args.rows and Path(args.rows).is_dir():
-        raise SpecbenchError(f"--out {args.rows} is a directory; give a CSV file name")
+    check_out_file(args.rows, "--out-csv", "CSV file name")
     config = RunConfig(out=".", **given(args, RunConfig))
     config.check()  # the checks `run` makes, before the model loads
     questions = select_questions(load_questions(resolve_bench(config.bench)), config.categories, config.limit)

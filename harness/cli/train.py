@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
-from specbench.harness.cli.common import EXIT_INTERRUPTED, Command, add_progress_flag
+from specbench.harness.cli.common import EXIT_INTERRUPTED, Command, add_out_file, add_progress_flag, check_out_dir, check_out_file
 from specbench.harness.config import RunConfig
 from specbench.harness.options import add_options, given
 from specbench.results import BASELINE
@@ -61,7 +61,8 @@ def distill_arguments(parser: argparse.ArgumentParser) -> None:
 def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("method", help="medusa, hydra, ctc, ctc-ce (the CTC-drafter's cross-entropy ablation) or eagle")
     parser.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
-    parser.add_argument("--out", default=None, help="checkpoint path stem (default: $SPECBENCH_CACHE/checkpoints/...)")
+    add_out_file(parser, "--out-checkpoint", "the checkpoint written: STEM.safetensors + STEM.json (and STEM.epochN.pt "
+                 "while training) (default: $SPECBENCH_CACHE/checkpoints/<method>-<model>-<sha16>)", metavar="STEM")
     parser.add_argument("--num-heads", type=int, default=4, help="medusa, hydra: draft heads (tree depth)")
     parser.add_argument("--num-layers", type=int, default=1, help="medusa, hydra: layers per head")
     parser.add_argument("--epochs", type=int, default=None, help="default: 2 for medusa/hydra, 4 for ctc and eagle")
@@ -120,6 +121,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from specbench.model import load_target
     from specbench.registry import create_drafter
 
+    check_out_dir(args.out)
     method, stem = _checkpoint_method(args.checkpoint)
     if args.to == "speculators" and method != "eagle3":
         raise SpecbenchError(f"--to speculators writes eagle3 checkpoints; {args.checkpoint} is a {method} checkpoint")
@@ -184,6 +186,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     if threads:
         torch.set_num_threads(threads)
     check_device(args.device)
+    check_out_dir(args.out)
     source = resolve_model(args.model)
     out = args.out or str(cache_root() / "distill" / f"{source.name}-{source.sha256[:16]}")
     if args.tokens_from:  # the token cache's own prompts: no ShareGPT needed to add hidden states
@@ -249,7 +252,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     # an unknown method, another method's option, a bad value: one line each, before a model loads
     refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
                           own_lm_heads=args.own_lm_heads)
-    config = _train_config(args, cache=args.cache or "", out=args.out or "")
+    check_out_file(args.out_checkpoint, "--out-checkpoint", "checkpoint stem")
+    config = _train_config(args, cache=args.cache or "", out=args.out_checkpoint or "")
     config.validate()
     threads = target_settings(args).threads
     if threads:
@@ -260,7 +264,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config.cache = args.cache or str(cache_root() / "distill" / tag)
     if not Path(config.cache, "manifest.json").exists():
         raise SpecbenchError(f"no distillation cache at {config.cache}; run `specbench distill --model {args.model}` first")
-    config.out = args.out or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
+    config.out = args.out_checkpoint or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
     trainers = {HeadTrainConfig: _train_heads, CTCTrainConfig: _train_ctc}
     summary, seconds = trainers.get(type(config), _train_eagle)(config, args)
     print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {config.out}.safetensors/.json")
