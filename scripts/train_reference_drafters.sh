@@ -102,11 +102,11 @@ for job in "${jobs[@]}"; do
   read -r -a argv <<< "$args"
   echo "$(date +%T) start $name"
   if [[ -n "${SERIAL:-}" ]]; then
-    "${sb[@]}" "${train[@]}" "${argv[@]}" --out "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 || exit 1
+    "${sb[@]}" "${train[@]}" "${argv[@]}" --out-checkpoint "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 || exit 1
     echo "$(date +%T) done $name"
     continue
   fi
-  "${sb[@]}" "${train[@]}" "${argv[@]}" --out "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 &
+  "${sb[@]}" "${train[@]}" "${argv[@]}" --out-checkpoint "$work/ckpt/$name" > "$work/logs/$name.log" 2>&1 &
   pids+=($!)
 done
 status=0
