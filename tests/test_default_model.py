@@ -174,7 +174,7 @@ def test_replay_command_writes_rows_and_predictions(tmp_path, by, groups):
     out = tmp_path / "replay.csv"
     result = subprocess.run([sys.executable, "-m", "specbench", "replay", "--drafters", "vanilla,ngram", "--bench",
                              str(DATA / "mt_bench" / "question.jsonl"), "--categories", "writing", "--limit", "1",
-                             "--max-new-tokens", "16", "--budgets", "1,4", "--profile", str(profile), "--out", str(out),
+                             "--max-new-tokens", "16", "--budgets", "1,4", "--profile", str(profile), "--out-csv", str(out),
                              "--by", by, "--no-progress"], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "predicted speedup by tree budget" in result.stdout
