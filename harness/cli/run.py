@@ -137,8 +137,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     target = load_target(config.model, config.device, config.dtype, config.device_map)
     target.use_regime(config.regime)  # replay runs the drafters; their draft cost is what it times
     prompts = PromptBuilder(target.tokenizer, config.template)
-    recorded, stored_at = replay_trajectories(target, prompts, questions, config.max_new_tokens, config.template,
-                                              cache_root())
+    with progress.enabled(not args.no_progress):  # the greedy pass's bar, when it is not cached yet
+        recorded, stored_at = replay_trajectories(target, prompts, questions, config.max_new_tokens, config.template,
+                                                  cache_root())
     turns = [(q.category if args.by == "category" else f"turn {number}", t) for q, per_turn in zip(questions, recorded)
              for number, t in enumerate(per_turn, start=1)]
     table = sweep(target, drafters, turns, budgets, config.max_new_tokens, progress=not args.no_progress)
