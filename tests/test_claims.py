@@ -10,7 +10,9 @@ A claim block in a markdown file is::
 KIND ``summary`` (the default) is the table `specbench run` prints at its end (`reports.summary.format_table`
 of `summarize(load_run(RUN))`, in a ``text`` fence); ``attribution`` is the markdown table of how each drafter's
 ids compare with vanilla's (turns, equal, near-tie, mismatch, largest margin-or-deficit over the bound), from
-the same summary. Paths are relative to the repository root. Nobody writes a block by hand:
+the same summary; ``tau`` is the markdown table of each drafter's tau per category and overall, and how many
+turns' ids equal vanilla's (the deterministic columns of a run: no timing). Paths are relative to the
+repository root. Nobody writes a block by hand:
 
     python -m tests.test_claims --write [FILE ...]   # (re)write every block from its run (default: README.md, docs/*.md)
     python -m tests.test_claims [FILE ...]           # check, printing each difference
@@ -25,6 +27,7 @@ import difflib
 import gzip
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +41,7 @@ from specbench.results import ANSWERS, BASELINE, SUMMARY, answer_files, load_run
 from tests.test_summary import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("summary", "attribution")
+KINDS = ("summary", "attribution", "tau")
 BLOCK = re.compile(r"^(?P<open>(?P<indent>[ \t]*)<!-- claim: (?P<run>\S+)(?: (?P<kind>\w+))? -->\n)(?P<body>.*?)"
                    r"(?P<close>[ \t]*<!-- /claim -->)", re.DOTALL | re.MULTILINE)
 RUN_FOLDERS = ("docs/runs", "docs/gpu-runs")
@@ -67,13 +70,30 @@ def attribution_table(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def tau_table(summary: pd.DataFrame) -> str:
+    """Markdown: per drafter other than vanilla, tau per category (file order), overall, and turns with ids
+    equal to vanilla's (of the turns compared)."""
+    categories = [c for c in dict.fromkeys(summary["category"]) if c != OVERALL]
+    lines = ["| drafter | budget | " + " | ".join(categories) + " | overall | ids = vanilla |",
+             "| --- | ---: | " + " | ".join("---:" for _ in categories) + " | ---: | ---: |"]
+    for drafter, rows in summary[summary["drafter"] != BASELINE].groupby("drafter", sort=False):
+        by = rows.set_index("category")
+        overall = by.loc[OVERALL]
+        equal = "-" if pd.isna(overall["equal_turns"]) else f"{int(overall['equal_turns'])}/{int(overall['turns'])}"
+        cells = [f"{by.loc[c, 'tau']:.2f}" if c in by.index else "-" for c in categories]
+        lines.append(f"| {drafter} | {overall['tree_budget']} | " + " | ".join(cells) +
+                     f" | **{overall['tau']:.3f}** | {equal} |")
+    return "\n".join(lines)
+
+
 def render(run: Path, kind: str, indent: str = "") -> str:
     """A claim block's body (without the markers), recomputed from ``run``'s answers; each line indented
     as the opening marker is (a block inside a list item)."""
     if kind not in KINDS:
         raise SpecbenchError(f"claim kind {kind!r}: expected one of {', '.join(KINDS)}")
     summary = summary_of(run)
-    body = attribution_table(summary) if kind == "attribution" else f"```text\n{format_table(summary)}\n```"
+    body = (attribution_table(summary) if kind == "attribution" else tau_table(summary) if kind == "tau" else
+            f"```text\n{format_table(summary)}\n```")
     return "".join(f"{indent}{line}\n" if line else "\n" for line in body.split("\n"))
 
 
@@ -121,8 +141,14 @@ def write_claims(doc: Path, root: Path = ROOT) -> int:
 
 
 def committed_runs() -> list[Path]:
-    """Every committed run directory that keeps its answers."""
-    return sorted(run for folder in RUN_FOLDERS for run in (ROOT / folder).glob("*") if (run / ANSWERS).is_dir())
+    """Every committed run directory that keeps its answers (tracked by git where the tree is a checkout, so
+    a run still being made beside it is not one)."""
+    listed = subprocess.run(["git", "ls-files", "--", *RUN_FOLDERS], cwd=ROOT, capture_output=True, text=True)
+    found = (run for folder in RUN_FOLDERS for run in (ROOT / folder).glob("*") if (run / ANSWERS).is_dir())
+    if listed.returncode != 0:
+        return sorted(found)
+    tracked = {Path(line).parts[:3] for line in listed.stdout.splitlines() if len(Path(line).parts) > 3}
+    return sorted(run for run in found if run.relative_to(ROOT).parts in tracked)
 
 
 # ---- answers compressed as .jsonl.gz ----------------------------------------------------------------------
@@ -189,12 +215,14 @@ def test_a_claim_block_is_written_from_the_run_and_one_cell_off_fails(tmp_path):
     gzip_answers(run)
     doc = tmp_path / "doc.md"
     doc.write_text("Intro.\n\n<!-- claim: runs/small -->\n(table)\n<!-- /claim -->\n\n"
-                   "<!-- claim: runs/small attribution -->\n<!-- /claim -->\nEnd.\n", encoding="utf-8")
-    assert write_claims(doc, tmp_path) == 2
+                   "<!-- claim: runs/small attribution -->\n<!-- /claim -->\n"
+                   "<!-- claim: runs/small tau -->\n<!-- /claim -->\nEnd.\n", encoding="utf-8")
+    assert write_claims(doc, tmp_path) == 3
     assert write_claims(doc, tmp_path) == 0  # rewriting is idempotent
     claims = claims_in(doc)
-    assert [(c.run, c.kind, c.line) for c in claims] == [("runs/small", "summary", 3), ("runs/small", "attribution",
-                                                                                      claims[0].body.count("\n") + 6)]
+    assert [(c.run, c.kind) for c in claims] == [("runs/small", "summary"), ("runs/small", "attribution"),
+                                                 ("runs/small", "tau")]
+    assert claims[1].line == claims[0].line + claims[0].body.count("\n") + 3  # the markers and a blank line
     assert format_table(summarize(load_run(run))) in claims[0].body
     assert claims[1].body.splitlines()[2].startswith("| ngram | ")
     assert all(differences(c, tmp_path) == "" for c in claims)
@@ -213,6 +241,10 @@ def test_a_claim_block_is_written_from_the_run_and_one_cell_off_fails(tmp_path):
         assert diff and edited.strip() in diff and line.strip() in diff
     doc.write_text(re.sub(r"\| ngram \| (\d+) \|", lambda m: f"| ngram | {int(m[1]) + 1} |", text), encoding="utf-8")
     assert differences(claims_in(doc)[1], tmp_path)
+    tau = summarize(load_run(run)).query("drafter == 'ngram' and category == 'overall'")["tau"].item()
+    assert f"**{tau:.3f}**" in claims[2].body
+    doc.write_text(text.replace(f"**{tau:.3f}**", f"**{tau + 0.001:.3f}**"), encoding="utf-8")
+    assert differences(claims_in(doc)[2], tmp_path)
 
 
 def test_a_claim_on_a_run_without_answers_fails(tmp_path):
