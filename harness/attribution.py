@@ -51,6 +51,7 @@ from specbench.results import (
     MISMATCH,
     NEAR_TIE,
     Answer,
+    answer_files,
     compared,
     first_divergence,
     load_run,
@@ -191,13 +192,15 @@ def _needs_work(record: Answer, force: bool) -> bool:
 
 
 def _write_answers(path: Path, records: list[Answer]) -> None:
-    """Rewrite a whole answers file (atomically: a temporary file, then a rename)."""
+    """Rewrite a whole answers file (atomically: a temporary file, then a rename), gzip-compressed again
+    when it was (``.jsonl.gz``, a committed run)."""
+    import gzip
     import json
 
-    tmp = path.with_suffix(".jsonl.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+    text = "".join(json.dumps(record.to_json(), separators=(",", ":")) + "\n" for record in records)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(gzip.compress(text.encode("utf-8"), mtime=0) if path.suffix == ".gz" else text.encode("utf-8"))
         handle.flush()
         os.fsync(handle.fileno())
     tmp.replace(path)
@@ -270,7 +273,7 @@ def attribute_run(out: Path, scorer: Callable[[], TargetModel], prompts: PromptB
         for record in runs[name]:
             if record.attribution is not None and any(entry is None for entry in record.attribution):
                 record.attribution = None  # not re-scored (the scorer could not load): no claim
-        _write_answers(out / ANSWERS / f"{name}.jsonl", runs[name])
+        _write_answers(answer_files(out / ANSWERS).get(name, out / ANSWERS / f"{name}.jsonl"), runs[name])
     return result
 
 

@@ -202,6 +202,20 @@ def test_a_drafter_with_both_a_plain_and_a_compressed_file_is_refused(tmp_path, 
     assert len(err) == 1 and "ngram.jsonl.gz" in err[0]
 
 
+def test_attribute_rewrites_a_compressed_file_compressed(tmp_path):
+    """`specbench attribute` rewrites a run's answers in place: a .jsonl.gz stays one (no plain file beside it)."""
+    from specbench.harness.attribution import _write_answers
+
+    run = write_run(tmp_path / "run")
+    gzip_answers(run)
+    path = run / ANSWERS / "ngram.jsonl.gz"
+    records = read_answers(path)
+    records[0].extra["note"] = "rewritten"
+    _write_answers(path, records)
+    assert sorted(p.name for p in (run / ANSWERS).iterdir()) == ["ngram.jsonl.gz", "vanilla.jsonl.gz"]
+    assert read_answers(path) == records and load_run(run)["ngram"][0].extra["note"] == "rewritten"
+
+
 def test_a_file_that_is_not_gzip_is_a_one_line_error(tmp_path):
     run = write_run(tmp_path / "run")
     (run / ANSWERS / "ngram.jsonl").rename(run / ANSWERS / "ngram.jsonl.gz")
