@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from specbench.reports.runs import RunResults
+from specbench.reports.tables import model_label
 
 FIELDS = ("Run directory", "Model", "Parameters", "Model sha256", "dtype", "Device", "Threads", "Versions",
           "git", "Drafters", "Sampling", "Tree budget", "Max new tokens", "Repeats", "Timing", "Questions", "Date",
@@ -61,7 +62,7 @@ def run_context(run: RunResults) -> dict[str, str]:
     timing = "per-stage breakdown (--breakdown)" if config.get("breakdown") else "wall time per turn (headline)"
     return {
         "Run directory": str(run.path),
-        "Model": f"{model.get('name', '?')} ({model.get('architecture', '?')})",
+        "Model": f"{model_label(model, str(config.get('dtype', '?')))}, {model.get('architecture', '?')}",
         "Parameters": _parameters(model.get("parameters")),
         "Model sha256": _short(model.get("sha256")),
         "dtype": str(config.get("dtype", "?")),

@@ -61,8 +61,8 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
         untimed = sorted(set(summary["drafter"]) - set(breakdown.data["drafter"]))
         if untimed:
             section.notes.append(f"latency breakdown leaves out {', '.join(untimed)}: no stage times")
-    add("breakdown_pie", "Where decode time goes (share of decode time; other = accept + KV commit + the rest)",
-        None if breakdown is None else charts.breakdown_pies(breakdown.data), no_times)
+    add("breakdown_shares", "Where decode time goes (each bar 100% of a drafter's decode time)",
+        None if breakdown is None else charts.breakdown_shares(breakdown.data), no_times)
     add("breakdown_bars", "Decode time per token by stage",
         None if breakdown is None else charts.breakdown_bars(breakdown.data), no_times)
     add("acceptance_by_depth", "Acceptance rate by depth",

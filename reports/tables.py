@@ -11,6 +11,7 @@ proposed nothing is no rejection; records without ``depth`` fall back to countin
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,10 @@ STAGE_LABELS = {"verify": "target forward", "draft": "draft module", "transform"
 STAGE_HEADERS = {"verify": "Target forward", "draft": "Draft module", "transform": "Transform",
                  "accept": "Accept + KV commit", "other": "Other"}
 DASH = "–"
+# Fewest questions a speedup CI is shown for: below it the percentile bootstrap over questions is too narrow to
+# be read as 95% (docs/reports.md, "Confidence intervals"); the cell says "n<5: no CI" instead.
+MIN_CI_N = 5
+GGUF_QUANT = re.compile(r"[.\-_]((?:I?Q\d+(?:_[A-Z0-9]+)*)|BF16|F16|F32)$", re.IGNORECASE)
 
 
 @dataclass
@@ -47,6 +52,18 @@ def fmt(value: float, digits: int = 2, suffix: str = "") -> str:
 
 def pct(value: float) -> str:
     return DASH if value is None or math.isnan(value) else f"{100 * value:.0f}%"
+
+
+def model_label(model: dict, dtype: str) -> str:
+    """The model as it ran: a GGUF file's quantisation is its storage, not its arithmetic (it is dequantised on
+    load), so ``SmolLM2-135M-Instruct.Q4_1`` run in fp32 reads "SmolLM2-135M-Instruct (GGUF Q4_1, run in
+    float32)"; other models read "NAME (run in DTYPE)"."""
+    name = str(model.get("name") or "?")
+    if str(model.get("path", "")).lower().endswith(".gguf"):
+        match = GGUF_QUANT.search(name)
+        base, quant = (name[:match.start()], match.group(1).upper()) if match else (name, "")
+        return f"{base} (GGUF{' ' + quant if quant else ''}, run in {dtype})"
+    return f"{name} (run in {dtype})"
 
 
 # ---- records -> steps and turns ------------------------------------------------------------------------------
@@ -114,12 +131,25 @@ def category_summary(answers: dict[str, list[Answer]]) -> pd.DataFrame:
     return pd.concat([table, pd.DataFrame(extra)], axis=1)
 
 
+def ci_shown(n: float) -> bool:
+    """Whether a bootstrap CI over ``n`` questions is shown (`MIN_CI_N`)."""
+    return not math.isnan(n) and n >= MIN_CI_N
+
+
+def ci_cell(value: float, low: float, high: float, n: float) -> str:
+    """``value [low, high] n=N``, or ``value (n<5: no CI)`` when too few questions for a CI."""
+    if math.isnan(value):
+        return DASH
+    n_text = "?" if math.isnan(n) else str(int(n))
+    if not ci_shown(n):
+        return f"{fmt(value)} (n={n_text} < {MIN_CI_N}: no CI)"
+    return f"{fmt(value)} [{fmt(low)}, {fmt(high)}] n={n_text}"
+
+
 def _speedup_cell(row: pd.Series) -> str:
     if row["drafter"] == BASELINE:
         return "1.00 (ref)"
-    if math.isnan(row["speedup"]):
-        return DASH
-    return f"{row['speedup']:.2f} [{fmt(row['speedup_ci_low'])}, {fmt(row['speedup_ci_high'])}]"
+    return ci_cell(row["speedup"], row["speedup_ci_low"], row["speedup_ci_high"], float(row["n_questions"]))
 
 
 def category_table(data: pd.DataFrame) -> Table:
@@ -140,7 +170,8 @@ def category_table(data: pd.DataFrame) -> Table:
     })
     note = ("Budget: max tree nodes per step the drafter ran at. τ: mean tokens per verification step (accepted drafts + "
             "bonus). Speedup: vanilla's time per token "
-            "over the drafter's, same questions, paired bootstrap 95% CI over questions. Equal to vanilla: "
+            f"over the drafter's, same questions, paired bootstrap 95% CI over the row's n questions (not shown below "
+            f"n = {MIN_CI_N}: too few for a percentile bootstrap). Equal to vanilla: "
             "share of (question, turn) outputs identical to vanilla's, token for token. Drafted: share of steps where "
             "the drafter proposed anything. αd: acceptance at depth d "
             "given depth d-1 was accepted, over steps that proposed depth d. Turn rows: every question's turn alone.")
@@ -333,7 +364,7 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         rows.append({"drafter": drafter, "how": choice["how"], "budget": choice["budget"],
                      "calibration_tau": calibration_tau, "run_tau": tau, "predicted_speedup": predicted,
                      "predicted_with_run_tau": predicted * tau / calibration_tau if point else np.nan,
-                     "measured_speedup": speedup,
+                     "measured_speedup": speedup, "n_questions": overall["n_questions"].iloc[0],
                      "ci_low": overall["speedup_ci_low"].iloc[0], "ci_high": overall["speedup_ci_high"].iloc[0]})
     if not rows:
         return None
@@ -343,8 +374,8 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         "τ calibration": [fmt(v) for v in data["calibration_tau"]], "τ run": [fmt(v) for v in data["run_tau"]],
         "Predicted": [fmt(v) for v in data["predicted_speedup"]],
         "Predicted, run τ": [fmt(v) for v in data["predicted_with_run_tau"]],
-        "Measured [95% CI]": [f"{fmt(s)} [{fmt(lo)}, {fmt(hi)}]"
-                              for s, lo, hi in zip(data["measured_speedup"], data["ci_low"], data["ci_high"])],
+        "Measured [95% CI]": [ci_cell(s, lo, hi, float(n)) for s, lo, hi, n in
+                              zip(data["measured_speedup"], data["ci_low"], data["ci_high"], data["n_questions"])],
     })
     note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (v1 r(b) + d(b) + o), τ(b) and the "
             "draft cost d(b) replayed on the calibration set, r(b) the verify-cost profile's ratio for the trees "
