@@ -245,6 +245,9 @@ class LayerTap:
         that order; None if that forward did not record them all."""
         if any(i not in self._latest for i in ids):
             return None
+        if any(self._latest[i].shape[0] > 1 for i in ids):  # a batched tree step: row 0 is not every row's
+            raise SpecbenchError("auxiliary hidden states are recorded for batch size 1 only; run this drafter "
+                                 "with --batch-size 1")
         return torch.cat([self._latest[i][0] for i in ids], dim=-1)
 
 

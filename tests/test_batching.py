@@ -183,3 +183,19 @@ def test_default_model_rows_equal_greedy(default_target, name, batch_size):
     outputs = run_batch(target, create_drafter(name), jobs, batch_size, budget=4)
     assert mismatches(outputs, jobs, refs) == []
 
+
+
+def test_layer_taps_refuse_a_batched_forward(llama_target):
+    """A drafter reading the target's layer taps (eagle3) gets a one-line error at batch > 1, not row 0's
+    hidden states passed off as its own row's."""
+    from specbench.errors import SpecbenchError
+
+    taps = llama_target.handle.taps
+    taps.request([1])
+    cache = llama_target.new_batch_cache(2, 64)
+    for row, prompt in enumerate(PROMPTS[:2]):
+        llama_target.prefill_row(torch.tensor(prompt), cache, row)
+    assert taps.states([1]).shape[0] == len(PROMPTS[1])  # a batch-1 prefill is read as before
+    llama_target.forward_trees([DraftTree.root_only(3), DraftTree.root_only(4)], cache)
+    with pytest.raises(SpecbenchError, match="batch size 1 only"):
+        taps.states([1])
