@@ -199,3 +199,20 @@ def test_layer_taps_refuse_a_batched_forward(llama_target):
     llama_target.forward_trees([DraftTree.root_only(3), DraftTree.root_only(4)], cache)
     with pytest.raises(SpecbenchError, match="batch size 1 only"):
         taps.states([1])
+
+
+def test_sampled_rows_follow_their_own_seed(llama_target):
+    """At temperature > 0 each row samples from its own seeded stream: a batch of 3 (refilled) gives every
+    job the ids batch 1 gives it from the same seed, so a sampled turn is reproduced from its seed whatever
+    the batch size."""
+    from specbench.registry import create_drafter
+    from specbench.sampling import Sampling
+
+    sampling = Sampling(temperature=0.5, top_k=5)
+    jobs = [Job(list(p), m, seed=100 + i, key=i) for i, (p, m) in enumerate(zip(PROMPTS, MAX_NEW))]
+    batched = {job.key: result.output_ids
+               for job, result in generate_batch(llama_target, create_drafter("ngram"), jobs, 4, 3, sampling=sampling)}
+    alone = {job.key: generate(llama_target, create_drafter("ngram"), job.prompt_ids, job.max_new_tokens, 4,
+                               sampling=sampling, seed=job.seed).output_ids for job in jobs}
+    assert batched == alone
+    assert len({tuple(ids) for ids in alone.values()}) == len(jobs)
