@@ -121,3 +121,34 @@ class Drafter:
         after ``reset``). Cached calibration results (``--tree-budget auto``) are keyed by it; a drafter
         whose weights can change under the same options must say so here."""
         return ""
+
+
+def _shared_objects(obj: Any, memo: dict[int, Any], seen: set[int], depth: int = 0) -> None:
+    """Record in ``memo`` (a deepcopy memo) every module, tensor, target handle and library object reachable
+    from ``obj`` through containers and plain objects' attributes, so a deep copy shares them."""
+    if id(obj) in seen or depth > 8:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, (torch.nn.Module, torch.Tensor, TargetHandle, torch.Generator)) or (
+        type(obj).__module__.split(".")[0] in ("transformers", "tokenizers", "torch")
+    ):
+        memo[id(obj)] = obj
+        return
+    if isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        children = list(obj)
+    else:
+        children = list(getattr(obj, "__dict__", {}).values())
+    for child in children:
+        _shared_objects(child, memo, seen, depth + 1)
+
+
+def row_copy(drafter: Drafter) -> Drafter:
+    """A second drafter for another row of a batch: its own per-sequence state (a deep copy of everything
+    else), the same modules, tensors, target handle and tokenizer (shared, so no weights are copied)."""
+    import copy
+
+    memo: dict[int, Any] = {}
+    _shared_objects(drafter, memo, set())
+    return copy.deepcopy(drafter, memo)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from specbench import kv, static_cache
+from specbench import batch_cache, kv, static_cache
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
 from specbench.hub import hub_snapshot, is_hub_id
@@ -245,6 +245,9 @@ class LayerTap:
         that order; None if that forward did not record them all."""
         if any(i not in self._latest for i in ids):
             return None
+        if any(self._latest[i].shape[0] > 1 for i in ids):  # a batched tree step: row 0 is not every row's
+            raise SpecbenchError("auxiliary hidden states are recorded for batch size 1 only; run this drafter "
+                                 "with --batch-size 1")
         return torch.cat([self._latest[i][0] for i in ids], dim=-1)
 
 
@@ -393,6 +396,56 @@ class TargetModel:
         key_pos = torch.cat([torch.arange(past), query_pos[:, 0]])[None, :]  # [1, past + n]
         windowed = visible & (query_pos - key_pos < self.sliding_window)
         return {"full_attention": full, "sliding_attention": self._additive(windowed)}
+
+    # ---- batches: B sequences in one `specbench.batch_cache.BatchTreeCache` ------------------------------
+    def new_batch_cache(self, rows: int, capacity: int) -> batch_cache.BatchTreeCache:
+        """A batch cache of ``rows`` sequences of up to ``capacity`` positions each (tree tail included)."""
+        return batch_cache.BatchTreeCache(self.config, rows, capacity, self.device, self.dtype)
+
+    @torch.inference_mode()
+    def prefill_row(self, input_ids: torch.Tensor, cache: batch_cache.BatchTreeCache, row: int):
+        """`prefill` of one sequence into row ``row`` of a batch cache: the batch-1 eager prefill (so the root
+        and hidden states are exactly batch 1's), its keys / values copied into the row.
+
+        returns: logits Tensor[V] at the last position, hidden Tensor[L, H]
+        """
+        single = kv.new_cache()
+        logits, hidden = self.prefill(input_ids, single)
+        cache.write_row(row, [(layer.keys, layer.values) for layer in single.layers])
+        return logits, hidden
+
+    @torch.inference_mode()
+    def forward_trees(self, trees: list[DraftTree | None], cache: batch_cache.BatchTreeCache):
+        """Score row b's tree (``trees[b]``; None: an idle row, scored as a root-only tree and never
+        committed) against row b's prefix, every tree padded to the bucket of the largest; writes each
+        row's padded tree into its scratch tail.
+
+        returns: logits Tensor[B, T, V], hidden Tensor[B, T, H] (rows of padding nodes included)
+        """
+        sizes = [len(tree) if tree is not None else 1 for tree in trees]
+        bucket = static_cache.bucket_of(max(sizes))
+        packed = torch.stack([static_cache.pad_tree(tree if tree is not None else DraftTree.root_only(0), bucket)
+                              for tree in trees]).to(self.device)  # [B, T, 4 + T]
+        tokens, _, depths = packed[:, :, 0], packed[:, :, 1], packed[:, :, 2]  # [B, T] each
+        ancestors = packed[:, :, static_cache.PACKED_FIELDS:].bool()  # [B, T, T]
+        past, columns = cache.lengths, cache.columns  # [B], [S]
+        if int(past.max()) + bucket > cache.capacity:
+            raise ValueError(f"batch cache of {cache.capacity} positions cannot hold a {bucket}-node tree step")
+        offset = columns[None, :] - past[:, None]  # [B, S]: the tree slot a column holds, when in [0, T)
+        in_tree = (offset >= 0) & (offset < bucket)
+        slot = offset.clamp(0, bucket - 1)  # [B, S]
+        seen = torch.gather(ancestors, 2, slot[:, None, :].expand(-1, bucket, -1))  # [B, T, S]
+        visible = (columns[None, :] < past[:, None])[:, None, :] | (seen & in_tree[:, None, :])  # [B, T, S]
+        positions = past[:, None] + depths  # [B, T]
+        key_positions = torch.where(in_tree, past[:, None] + torch.gather(depths, 1, slot), columns[None, :])  # [B, S]
+        mask = self._additive_on_device(visible)[0].transpose(0, 1)  # [B, 1, T, S]
+        if self.sliding_window is not None:
+            windowed = visible & (positions[:, :, None] - key_positions[:, None, :] < self.sliding_window)
+            mask = {"full_attention": mask, "sliding_attention": self._additive_on_device(windowed)[0].transpose(0, 1)}
+        cache.slots = positions - depths + torch.arange(bucket, device=self.device)[None, :]  # [B, T]
+        out = self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
+        hidden = out.last_hidden_state  # [B, T, H]
+        return self.lm_head(hidden), hidden
 
     # ---- the compiled regime: static cache, padded trees -------------------------------------------------
     def _static_prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,218 @@
+"""Batches (issue 43; docs/decisions.md, "Batching"): every sequence of a batch decodes exactly as it would
+alone. At temperature 0 in fp32 each row's ids equal plain greedy decoding of its own prompt, with random
+trees of different sizes per row (padded to one bucket per step), ragged prompts, rows ending at different
+steps (EOS, max_new_tokens) and finished rows refilled with the next job; a commit applied to the wrong row
+is caught; drafter row copies share weights but not per-sequence state."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import pytest
+import torch
+
+from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
+from specbench import DraftContext, Drafter, DraftTree
+from specbench.batch_cache import BatchTreeCache
+from specbench.drafter import row_copy
+from specbench.harness.loop import Job, generate, generate_batch
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+#: max_new_tokens per job: rows end at different steps (and job 3 after its first token)
+MAX_NEW = (20, 7, 13, 1, 30, 9)
+
+
+class KnowsSome(Drafter):
+    """Random trees (1..budget nodes, random shape) that hold the true continuation on a random branch half
+    the time; it finds its sequence's reference from the prompt, so one instance serves any row. Its
+    per-sequence state (``prompt``, ``emitted``) is checked every step against the context: rows sharing
+    state would fail the check."""
+
+    def __init__(self, references: dict[tuple[int, ...], list[int]]) -> None:
+        super().__init__()
+        self.references = references
+        self.layer = torch.nn.Linear(4, 4)  # stands for a drafter's weights: row copies must share it
+
+    def reset(self, target) -> None:
+        self.prompt, self.emitted, self.rng = None, 1, None
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        tokens = ctx.tokens.tolist()
+        if self.prompt is None:  # the first step of a sequence: which job is this?
+            self.prompt = next(p for p in self.references if tokens[: len(p)] == list(p) and len(tokens) == len(p) + 1)
+            self.rng = random.Random(zlib.crc32(bytes(str(self.prompt), "ascii")))
+        assert len(tokens) == len(self.prompt) + self.emitted, "a row's drafter state belongs to another sequence"
+        truth = self.references[self.prompt][self.emitted :]
+        rng, n = self.rng, self.rng.randint(1, ctx.budget)
+        parents = [-1] + [rng.randrange(i) for i in range(1, n)]
+        nodes = [ctx.root] + [rng.randrange(EOS) for _ in range(1, n)]
+        if n > 1 and rng.random() < 0.5:
+            path = DraftTree(torch.tensor(nodes), torch.tensor(parents)).path_to(rng.randrange(1, n))
+            for node, token in zip(path[1:], truth):
+                nodes[node] = token
+        return DraftTree(torch.tensor(nodes), torch.tensor(parents))
+
+    def accept(self, outcome) -> None:
+        self.emitted += len(outcome.path)
+
+
+def references(target, jobs: list[Job]) -> dict[tuple[int, ...], list[int]]:
+    return {tuple(job.prompt_ids): plain_greedy(target.model, job.prompt_ids, job.max_new_tokens, target.eos_ids)
+            for job in jobs}
+
+
+def jobs_of(prompts=PROMPTS, max_new=MAX_NEW) -> list[Job]:
+    return [Job(list(p), m, key=i) for i, (p, m) in enumerate(zip(prompts, max_new))]
+
+
+def run_batch(target, drafter, jobs, batch_size, budget=8) -> dict[object, list[int]]:
+    out = {}
+    for job, result in generate_batch(target, drafter, jobs, budget, batch_size):
+        assert sum(result.accept_lengths) + 1 == len(result.output_ids)
+        assert all(step.nodes <= budget for step in result.steps)
+        out[job.key] = result.output_ids
+    assert sorted(out) == sorted(job.key for job in jobs)
+    return out
+
+
+def mismatches(outputs: dict[object, list[int]], jobs: list[Job], refs) -> list[object]:
+    return [job.key for job in jobs if outputs[job.key] != refs[tuple(job.prompt_ids)]]
+
+
+@pytest.mark.parametrize("batch_size", [2, 3, 4])
+def test_every_row_equals_its_own_greedy(tiny_target, batch_size):
+    """Six ragged jobs (prompts of 1-20 tokens, 1-30 new tokens) through batches of 2-4 (so rows are
+    refilled), random trees of different sizes per row: each job's ids equal its plain greedy decoding,
+    and equal what batch 1 (`generate`) gives."""
+    jobs = jobs_of()
+    refs = references(tiny_target, jobs)
+    outputs = run_batch(tiny_target, KnowsSome(refs), jobs, batch_size)
+    assert mismatches(outputs, jobs, refs) == []
+    for job in jobs[:2]:
+        assert generate(tiny_target, KnowsSome(refs), job.prompt_ids, job.max_new_tokens, 8).output_ids == outputs[job.key]
+
+
+def test_rows_ending_at_eos():
+    """An EOS that greedy decoding reaches early in some sequences and not others: those rows stop at EOS
+    (included), the others run to max_new_tokens; the refilled rows still equal their references."""
+    model = build_tiny_model("llama")
+    probe = plain_greedy(model, list(PROMPTS[0]), 30, {EOS})
+    target = make_target(model, eos_token_id=probe[4])  # the fifth token of job 0 ends it
+    jobs = jobs_of(max_new=(30,) * len(PROMPTS))
+    refs = references(target, jobs)
+    assert any(len(r) < 30 for r in refs.values()) and any(len(r) == 30 for r in refs.values())
+    assert refs[tuple(PROMPTS[0])][-1] in target.eos_ids
+    outputs = run_batch(target, KnowsSome(refs), jobs, 3)
+    assert mismatches(outputs, jobs, refs) == []
+
+
+def test_a_commit_into_the_wrong_row_is_caught(monkeypatch):
+    """The planted bug: each row's accepted path and length applied to the next row. The same comparison
+    as above must report mismatches (or the run fails outright); the honest commit passes it."""
+    target = make_target(build_tiny_model("llama"))
+    jobs = jobs_of()
+    refs = references(target, jobs)
+    assert mismatches(run_batch(target, KnowsSome(refs), jobs, 3), jobs, refs) == []
+    honest = BatchTreeCache.commit
+
+    def swapped(self, orders, kept):
+        honest(self, orders.roll(1, 0), kept.roll(1, 0))
+
+    monkeypatch.setattr(BatchTreeCache, "commit", swapped)
+    try:
+        wrong = mismatches(run_batch(target, KnowsSome(refs), jobs, 3), jobs, refs)
+    except (AssertionError, ValueError, RuntimeError, IndexError):
+        return  # caught: a row's drafter or the cache noticed
+    assert wrong, "a commit applied to the wrong row went unnoticed"
+
+
+def test_row_copies_share_weights_not_state():
+    """`row_copy`: the same modules and parameters (no weights copied), its own per-sequence state."""
+    drafter = KnowsSome({(1, 2): [3]})
+    drafter.reset(None)
+    drafter.prompt, drafter.emitted = (1, 2), 5
+    copy = row_copy(drafter)
+    assert copy.layer is drafter.layer and copy.layer.weight.data_ptr() == drafter.layer.weight.data_ptr()
+    assert copy.references is not drafter.references or copy.references == drafter.references
+    copy.reset(None)
+    assert (drafter.prompt, drafter.emitted) == ((1, 2), 5)
+    assert (copy.prompt, copy.emitted) == (None, 1)
+
+
+def test_builtin_drafter_row_copies_keep_their_own_state(tiny_target):
+    """ngram keeps its table per sequence: two rows of ngram, refilled, still equal greedy decoding."""
+    from specbench.registry import create_drafter
+
+    jobs = jobs_of()
+    refs = references(tiny_target, jobs)
+    outputs = run_batch(tiny_target, create_drafter("ngram"), jobs, 2)
+    assert mismatches(outputs, jobs, refs) == []
+
+
+# ---- the real default model ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def default_target(default_model_available):
+    """The default model, loaded once for the module's three cases."""
+    from specbench.model import load_target
+
+    return load_target("default")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,batch_size", [("vanilla", 2), ("ngram", 3), ("hydra", 4)])
+def test_default_model_rows_equal_greedy(default_target, name, batch_size):
+    """SmolLM2-135M (fp32): both turns of two MT-bench questions (4 jobs, 16-24 new tokens) through batches
+    of 2-4 of vanilla, ngram and hydra: every job's ids equal transformers' greedy ``generate()``."""
+    from specbench.prompts import PromptBuilder
+    from specbench.registry import create_drafter
+    from test_default_model import first_of_each_category, greedy_reference
+
+    target = default_target
+    builder = PromptBuilder(target.tokenizer)
+    jobs, refs = [], {}
+    for i, category in enumerate(("writing", "math")):
+        question = first_of_each_category()[category]
+        first = builder.build(question.turns[:1], [])
+        first_ref = greedy_reference(target, first, 24)
+        second = builder.build(question.turns[:2], [builder.answer_text(first_ref)])
+        for turn, (ids, new) in enumerate(((first, 24), (second, 16))):
+            jobs.append(Job(ids, new, key=(category, turn)))
+            refs[tuple(ids)] = first_ref if turn == 0 else greedy_reference(target, second, new)
+    outputs = run_batch(target, create_drafter(name), jobs, batch_size, budget=4)
+    assert mismatches(outputs, jobs, refs) == []
+
+
+
+def test_layer_taps_refuse_a_batched_forward(llama_target):
+    """A drafter reading the target's layer taps (eagle3) gets a one-line error at batch > 1, not row 0's
+    hidden states passed off as its own row's."""
+    from specbench.errors import SpecbenchError
+
+    taps = llama_target.handle.taps
+    taps.request([1])
+    cache = llama_target.new_batch_cache(2, 64)
+    for row, prompt in enumerate(PROMPTS[:2]):
+        llama_target.prefill_row(torch.tensor(prompt), cache, row)
+    assert taps.states([1]).shape[0] == len(PROMPTS[1])  # a batch-1 prefill is read as before
+    llama_target.forward_trees([DraftTree.root_only(3), DraftTree.root_only(4)], cache)
+    with pytest.raises(SpecbenchError, match="batch size 1 only"):
+        taps.states([1])
+
+
+def test_sampled_rows_follow_their_own_seed(llama_target):
+    """At temperature > 0 each row samples from its own seeded stream: a batch of 3 (refilled) gives every
+    job the ids batch 1 gives it from the same seed, so a sampled turn is reproduced from its seed whatever
+    the batch size."""
+    from specbench.registry import create_drafter
+    from specbench.sampling import Sampling
+
+    sampling = Sampling(temperature=0.5, top_k=5)
+    jobs = [Job(list(p), m, seed=100 + i, key=i) for i, (p, m) in enumerate(zip(PROMPTS, MAX_NEW))]
+    batched = {job.key: result.output_ids
+               for job, result in generate_batch(llama_target, create_drafter("ngram"), jobs, 4, 3, sampling=sampling)}
+    alone = {job.key: generate(llama_target, create_drafter("ngram"), job.prompt_ids, job.max_new_tokens, 4,
+                               sampling=sampling, seed=job.seed).output_ids for job in jobs}
+    assert batched == alone
+    assert len({tuple(ids) for ids in alone.values()}) == len(jobs)
