@@ -20,7 +20,7 @@ V' tokens. ``d2t`` [V'] holds offsets (target id = draft index + d2t[index]), ``
 tokens the draft vocabulary holds.
 
 **Tree and cache** as `eagle`: accepted positions' keys and values are cached from the true features and
-never rolled back; each step grows EAGLE-2's dynamic tree (`dynamic_tree.Candidates`): ``top_k`` children
+never rolled back; each step grows EAGLE-2's dynamic tree (`dynamic_tree.grow`): ``top_k`` children
 per expanded node, a ``top_k`` frontier by cumulative log-probability, ``depth`` expansions, the best
 budget - 1 candidates. Drafts are deterministic, so greedy and rejection verification both apply.
 """
@@ -36,7 +36,7 @@ from specbench import kv
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.draft_vocab import DraftVocab
-from specbench.drafters.dynamic_tree import Candidates
+from specbench.drafters.dynamic_tree import grow
 from specbench.drafters.layers import ROPE_BASE, KVCache, rope
 from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
 from specbench.errors import DrafterOptionError, SpecbenchError
@@ -254,44 +254,26 @@ class Eagle3Drafter(CheckpointDrafter):
         self.cache.append(*self.module.layer.keys_values(x, positions))
         return self.module.layer.attend(x[-1:], residual[-1:], positions[-1:], self.cache.keys, self.cache.values, None)[0]
 
+    # ---- the dynamic tree's layer (`dynamic_tree.TreeLayer`) -----------------------------------------------
+    def node_inputs(self, tokens: torch.Tensor, parent_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x [F, 2H], residual [F, H]) from E(token) and the h its parent predicted (EAGLE-3: its own h, no fc)."""
+        return self.module.layer.inputs(self._embed(tokens).to(parent_h.dtype), parent_h)
+
+    def node_keys_values(self, inputs: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.module.layer.keys_values(inputs[0], positions)
+
+    def node_attend(self, inputs: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor, keys: torch.Tensor,
+                    values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.module.layer.attend(inputs[0], inputs[1], positions, keys, values, mask)
+
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
         root_h = self.extend_cache(ctx)  # runs every step so the cache stays in step
-        if ctx.budget < 2:
-            return DraftTree.root_only(ctx.root)
-        k = min(self.top_k, ctx.budget - 1, self.vocab.size)
-        candidates = Candidates()
-        top = self.log_probs(root_h[None])[0].topk(k)
-        frontier = candidates.add(self.vocab.token_ids(top.indices).cpu(), top.values.cpu(), [-1] * k)
-        parent_h = {i: root_h for i in frontier}  # candidate -> the h its parent predicted
-        layer, device = self.module.layer, root_h.device
-        tree_keys, tree_values, tree_row = [], [], {}
-        root_position = len(ctx.tokens) - 1
-        for level in range(min(self.depth, ctx.budget - 2)):
-            tokens = torch.tensor([candidates.tokens[i] for i in frontier], device=device)
-            x, residual = layer.inputs(ctx.target.embed_tokens(tokens).to(root_h.dtype),
-                                       torch.stack([parent_h[i] for i in frontier]))  # EAGLE-3: its own h, no fc
-            positions = torch.full((len(frontier),), root_position + level, device=device)
-            keys, values = layer.keys_values(x, positions)
-            for row, index in enumerate(frontier, start=len(tree_row)):
-                tree_row[index] = row
-            tree_keys.append(keys)
-            tree_values.append(values)
-            visible = torch.zeros(len(frontier), len(tree_row), dtype=torch.bool, device=device)
-            for row, index in enumerate(frontier):
-                visible[row, [tree_row[a] for a in candidates.ancestors(index)]] = True
-            mask = torch.cat([torch.ones(len(frontier), self.cache.length, dtype=torch.bool, device=device), visible], 1)
-            out = layer.attend(x, residual, positions, torch.cat([self.cache.keys, *tree_keys]),
-                               torch.cat([self.cache.values, *tree_values]), mask)  # [F, H]
-            top = self.log_probs(out).topk(k)
-            scores = torch.tensor([candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()
-            children = candidates.add(self.vocab.token_ids(top.indices).flatten().cpu(), scores.flatten(),
-                                      [i for i in frontier for _ in range(k)])
-            for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
-                parent_h[child] = out[parent_row]
-            frontier = candidates.best(children, k)
-        return candidates.tree(ctx.root, ctx.budget)
-
+        self._embed = ctx.target.embed_tokens
+        return grow(self, ctx.root, root_h, self.cache.keys, self.cache.values, self.log_probs, self.vocab.token_ids,
+                    ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size), self.depth,
+                    root_position=len(ctx.tokens) - 1)
 
 def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
     """An `Eagle3Module` for ``target`` from recipe hyper-parameters (``num_heads``, ``num_kv_heads``, ``inner``,
