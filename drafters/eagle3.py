@@ -128,6 +128,38 @@ class Eagle3Module(nn.Module):
         """LongTensor[V']: the target id of each draft row (``index + d2t[index]``)."""
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
+    def forward_unrolled(self, aux: torch.Tensor, next_embeddings: torch.Tensor, levels: int) -> list[torch.Tensor]:
+        """EAGLE-3's training-time test: the layer unrolled ``levels`` times on its own outputs, for every anchor at
+        once; returns h per level, each [P, H] (score with ``lm_head(norm(h))``).
+
+        aux [P, k H]: the target's states entering ``layer_ids`` at positions 0..P-1; next_embeddings
+        E(x_1)..E(x_{P+levels-1}) [P + levels - 1, H]. Level 1 at anchor t reads [E(x_{t+1}); fc(aux_t)] causally
+        over the true context (as the drafter's cache). Level j > 1 reads E(x_{t+j}) with its own level j - 1 output
+        at anchor t (no fc), at position t + j - 1, and attends to the true context 0..t and to its own chain at
+        anchor t: the mask the dynamic tree's node on the true path meets at inference."""
+        anchors = aux.shape[0]
+        if next_embeddings.shape[0] != anchors + levels - 1:
+            raise ValueError(f"{anchors} anchors and {levels} levels need {anchors + levels - 1} embeddings, "
+                             f"got {next_embeddings.shape[0]}")
+        positions = torch.arange(anchors, device=aux.device)
+        x, residual = self.layer.inputs(next_embeddings[:anchors], self.fc(aux))  # [P, 2H], [P, H]
+        level_keys, level_values = self.layer.keys_values(x, positions)
+        keys, values = [level_keys], [level_values]
+        masks = [positions[:, None] >= positions[None, :]]  # level 1: causal over the true context [P, P]
+        own = torch.eye(anchors, dtype=torch.bool, device=aux.device)  # level j > 1: each anchor's own chain
+        out = self.layer.attend(x, residual, positions, keys[0], values[0], masks[0])  # [P, H]
+        outs = [out]
+        for level in range(2, levels + 1):
+            x, residual = self.layer.inputs(next_embeddings[level - 1 : level - 1 + anchors], out)
+            level_positions = positions + level - 1
+            level_keys, level_values = self.layer.keys_values(x, level_positions)
+            keys.append(level_keys)
+            values.append(level_values)
+            masks.append(own)
+            out = self.layer.attend(x, residual, level_positions, torch.cat(keys), torch.cat(values), torch.cat(masks, 1))
+            outs.append(out)
+        return outs
+
 
 def check_vocabulary(module: Eagle3Module, where: str) -> None:
     """Refuse d2t/t2d that do not describe the same V' distinct target tokens."""
@@ -286,21 +318,27 @@ def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
                         num_layers=target.config.num_hidden_layers)
 
 
+def target_shape(target: TargetHandle, where: Path) -> dict:
+    """The draft layer's hyper-parameters shaped like one of ``target``'s layers (heads, key/value heads, MLP
+    width, head size, RoPE, norm eps) and EAGLE-3's default ``layer_ids``; ``where`` names it in RoPE errors."""
+    from specbench.drafters.published import rope_base
+
+    config = target.config
+    return {"num_heads": config.num_attention_heads, "num_kv_heads": getattr(config, "num_key_value_heads", None),
+            "inner": getattr(config, "intermediate_size", None), "head_dim": getattr(config, "head_dim", None),
+            "rope_base": rope_base(config, where), "eps": getattr(config, "rms_norm_eps", 1e-6),
+            "layer_ids": default_layer_ids(config.num_hidden_layers), "norm_before_residual": False}
+
+
 def untrained_checkpoint(stem: Path, target: TargetHandle, draft_vocab: int | None = None, seed: int = 0,
                          **hyperparameters) -> Path:
     """Write an eagle3 checkpoint of randomly initialised weights for ``target`` (its layer shape: heads, key/value
     heads, MLP width, RoPE) and return its stem; ``draft_vocab`` V' < V keeps V' random target tokens. Proposals
     are poor, exactness is not affected: for tests, and a starting point for training."""
     from specbench.checkpoint import save_checkpoint, target_identity
-    from specbench.drafters.published import rope_base
 
-    config = target.config
     vocab = target.lm_head.weight.shape[0]
-    shape = {"num_heads": config.num_attention_heads, "num_kv_heads": getattr(config, "num_key_value_heads", None),
-             "inner": getattr(config, "intermediate_size", None), "head_dim": getattr(config, "head_dim", None),
-             "rope_base": rope_base(config, Path(str(stem))), "eps": getattr(config, "rms_norm_eps", 1e-6),
-             "draft_vocab": draft_vocab or vocab, "layer_ids": default_layer_ids(config.num_hidden_layers),
-             "norm_before_residual": False} | hyperparameters
+    shape = target_shape(target, Path(str(stem))) | {"draft_vocab": draft_vocab or vocab} | hyperparameters
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
