@@ -1,8 +1,10 @@
 """Training of the eagle3 drafter with EAGLE-3's training-time test (TTT), on a distillation cache made with
 ``specbench distill --aux-layers`` (the target's states entering EAGLE-3's low, middle and high layers).
 
-Read from the released code, not copied: SafeAILab/EAGLE at cb7e0841 (``eagle/traineagle3/cnets.py``: the
-unrolled forward, ``ploss_weight``; ``eagle/traineagle3/main.py``: the draft vocabulary from token counts).
+Follows SafeAILab/EAGLE's released trainer (``eagle/traineagle3/cnets.py``: the unrolled forward, ``ploss_weight``;
+the draft vocabulary from token counts), not copied; written from the authors' design, not re-checked line by
+line against a pinned commit. One known difference: step j's query sits at position t + j - 1 (what the tree's
+node meets at inference here), where the released trainer may keep each step at t.
 
 **Training-time test.** The draft layer is unrolled ``ttt_steps`` times per anchor (`Eagle3Module.forward_unrolled`):
 step 1 reads the fused target features, step j > 1 reads its own step j - 1 output, with the attention mask the
