@@ -15,7 +15,7 @@ parents' predicted features and are not cached.
    log-probability, through the layer in one batch. Each node attends to the cache and its own ancestors.
 3. Each expanded node proposes ``top_k`` children, scored parent + log p. The best ``top_k`` of those
    become the next frontier.
-4. The ``budget - 1`` best-scored candidates form the tree (`dynamic_tree.Candidates`).
+4. The ``budget - 1`` best-scored candidates form the tree (`dynamic_tree.grow`).
 
 The tree therefore adapts to how confident the draft is in this context, within the harness's budget.
 Drafts are deterministic (top-k), so greedy and rejection verification both apply.
@@ -28,7 +28,7 @@ from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
-from specbench.drafters.dynamic_tree import Candidates
+from specbench.drafters.dynamic_tree import grow
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.errors import DrafterOptionError
 from specbench.tree import DraftTree
@@ -121,41 +121,23 @@ class EagleDrafter(CheckpointDrafter):
         x = self.module.fuse(ctx.target.embed_tokens(next_tokens).to(ctx.hidden.dtype), ctx.hidden)  # [m, H]
         return self.cache.extend(self.module.layer, start, x, self.name or self.method)
 
+    # ---- the dynamic tree's layer (`dynamic_tree.TreeLayer`) -----------------------------------------------
+    def node_inputs(self, tokens: torch.Tensor, parent_features: torch.Tensor) -> torch.Tensor:
+        """fc([E(token); parent's predicted feature]) [F, H]."""
+        return self.module.fuse(self._embed(tokens).to(parent_features.dtype), parent_features)
+
+    def node_keys_values(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.module.layer.keys_values(x, positions)
+
+    def node_attend(self, x: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    mask: torch.Tensor) -> torch.Tensor:
+        return self.module.layer.attend(x, positions, keys, values, mask)
+
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
         self.follow_context(ctx)
         root_feature = self.extend_cache(ctx)  # [H]; runs every step so the cache stays in step
-        if ctx.budget < 2:
-            return DraftTree.root_only(ctx.root)
-        k = min(self.top_k, ctx.budget - 1)
-        candidates = Candidates()
-        top = self.log_probs(root_feature[None])[0].topk(k)
-        frontier = candidates.add(self.vocab.token_ids(top.indices).cpu(), top.values.cpu(), [-1] * k)
-        parent_features = {i: root_feature for i in frontier}  # candidate -> its parent's predicted feature
-        layer, device = self.module.layer, ctx.hidden.device
-        tree_keys, tree_values, tree_row = [], [], {}  # expanded candidates' keys/values and their rows
-        root_position = len(ctx.tokens) - 1  # a depth-d candidate's pair sits at draft position root + d - 1
-        for level in range(min(self.depth, ctx.budget - 2)):
-            tokens = torch.tensor([candidates.tokens[i] for i in frontier], device=device)
-            x = self.module.fuse(ctx.target.embed_tokens(tokens).to(root_feature.dtype),
-                                 torch.stack([parent_features[i] for i in frontier]))  # [F, H]
-            positions = torch.full((len(frontier),), root_position + level, device=device)
-            keys, values = layer.keys_values(x, positions)
-            for row, index in enumerate(frontier, start=len(tree_row)):
-                tree_row[index] = row
-            tree_keys.append(keys)
-            tree_values.append(values)
-            visible = torch.zeros(len(frontier), len(tree_row), dtype=torch.bool, device=device)  # [F, T]
-            for row, index in enumerate(frontier):
-                visible[row, [tree_row[a] for a in candidates.ancestors(index)]] = True
-            mask = torch.cat([torch.ones(len(frontier), self.cache.length, dtype=torch.bool, device=device), visible], 1)
-            out = layer.attend(x, positions, torch.cat([self.cache.keys, *tree_keys]),
-                               torch.cat([self.cache.values, *tree_values]), mask)  # [F, H] predicted features
-            top = self.log_probs(out).topk(k)  # [F, k]
-            scores = torch.tensor([candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()  # [F, k]
-            children = candidates.add(self.vocab.token_ids(top.indices).flatten().cpu(), scores.flatten(),
-                                      [i for i in frontier for _ in range(k)])
-            for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
-                parent_features[child] = out[parent_row]
-            frontier = candidates.best(children, k)
-        return candidates.tree(ctx.root, ctx.budget)
+        self._embed = ctx.target.embed_tokens
+        return grow(self, ctx.root, root_feature, self.cache.keys, self.cache.values, self.log_probs,
+                    self.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1), self.depth,
+                    root_position=len(ctx.tokens) - 1)  # a depth-d candidate's pair sits at root + d - 1

@@ -20,7 +20,7 @@ V' tokens. ``d2t`` [V'] holds offsets (target id = draft index + d2t[index]), ``
 tokens the draft vocabulary holds.
 
 **Tree and cache** as `eagle`: accepted positions' keys and values are cached from the true features and
-never rolled back; each step grows EAGLE-2's dynamic tree (`dynamic_tree.Candidates`): ``top_k`` children
+never rolled back; each step grows EAGLE-2's dynamic tree (`dynamic_tree.grow`): ``top_k`` children
 per expanded node, a ``top_k`` frontier by cumulative log-probability, ``depth`` expansions, the best
 budget - 1 candidates. Drafts are deterministic, so greedy and rejection verification both apply.
 """
@@ -36,7 +36,7 @@ from specbench import kv
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.draft_vocab import DraftVocab
-from specbench.drafters.dynamic_tree import Candidates
+from specbench.drafters.dynamic_tree import grow
 from specbench.drafters.layers import ROPE_BASE, KVCache, rope
 from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
 from specbench.errors import DrafterOptionError, SpecbenchError
@@ -127,6 +127,38 @@ class Eagle3Module(nn.Module):
     def token_ids(self) -> torch.Tensor:
         """LongTensor[V']: the target id of each draft row (``index + d2t[index]``)."""
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
+
+    def forward_unrolled(self, aux: torch.Tensor, next_embeddings: torch.Tensor, levels: int) -> list[torch.Tensor]:
+        """EAGLE-3's training-time test: the layer unrolled ``levels`` times on its own outputs, for every anchor at
+        once; returns h per level, each [P, H] (score with ``lm_head(norm(h))``).
+
+        aux [P, k H]: the target's states entering ``layer_ids`` at positions 0..P-1; next_embeddings
+        E(x_1)..E(x_{P+levels-1}) [P + levels - 1, H]. Level 1 at anchor t reads [E(x_{t+1}); fc(aux_t)] causally
+        over the true context (as the drafter's cache). Level j > 1 reads E(x_{t+j}) with its own level j - 1 output
+        at anchor t (no fc), at position t + j - 1, and attends to the true context 0..t and to its own chain at
+        anchor t: the mask the dynamic tree's node on the true path meets at inference."""
+        anchors = aux.shape[0]
+        if next_embeddings.shape[0] != anchors + levels - 1:
+            raise ValueError(f"{anchors} anchors and {levels} levels need {anchors + levels - 1} embeddings, "
+                             f"got {next_embeddings.shape[0]}")
+        positions = torch.arange(anchors, device=aux.device)
+        x, residual = self.layer.inputs(next_embeddings[:anchors], self.fc(aux))  # [P, 2H], [P, H]
+        level_keys, level_values = self.layer.keys_values(x, positions)
+        keys, values = [level_keys], [level_values]
+        masks = [positions[:, None] >= positions[None, :]]  # level 1: causal over the true context [P, P]
+        own = torch.eye(anchors, dtype=torch.bool, device=aux.device)  # level j > 1: each anchor's own chain
+        out = self.layer.attend(x, residual, positions, keys[0], values[0], masks[0])  # [P, H]
+        outs = [out]
+        for level in range(2, levels + 1):
+            x, residual = self.layer.inputs(next_embeddings[level - 1 : level - 1 + anchors], out)
+            level_positions = positions + level - 1
+            level_keys, level_values = self.layer.keys_values(x, level_positions)
+            keys.append(level_keys)
+            values.append(level_values)
+            masks.append(own)
+            out = self.layer.attend(x, residual, level_positions, torch.cat(keys), torch.cat(values), torch.cat(masks, 1))
+            outs.append(out)
+        return outs
 
 
 def check_vocabulary(module: Eagle3Module, where: str) -> None:
@@ -254,44 +286,26 @@ class Eagle3Drafter(CheckpointDrafter):
         self.cache.append(*self.module.layer.keys_values(x, positions))
         return self.module.layer.attend(x[-1:], residual[-1:], positions[-1:], self.cache.keys, self.cache.values, None)[0]
 
+    # ---- the dynamic tree's layer (`dynamic_tree.TreeLayer`) -----------------------------------------------
+    def node_inputs(self, tokens: torch.Tensor, parent_h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x [F, 2H], residual [F, H]) from E(token) and the h its parent predicted (EAGLE-3: its own h, no fc)."""
+        return self.module.layer.inputs(self._embed(tokens).to(parent_h.dtype), parent_h)
+
+    def node_keys_values(self, inputs: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.module.layer.keys_values(inputs[0], positions)
+
+    def node_attend(self, inputs: tuple[torch.Tensor, torch.Tensor], positions: torch.Tensor, keys: torch.Tensor,
+                    values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.module.layer.attend(inputs[0], inputs[1], positions, keys, values, mask)
+
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
         root_h = self.extend_cache(ctx)  # runs every step so the cache stays in step
-        if ctx.budget < 2:
-            return DraftTree.root_only(ctx.root)
-        k = min(self.top_k, ctx.budget - 1, self.vocab.size)
-        candidates = Candidates()
-        top = self.log_probs(root_h[None])[0].topk(k)
-        frontier = candidates.add(self.vocab.token_ids(top.indices).cpu(), top.values.cpu(), [-1] * k)
-        parent_h = {i: root_h for i in frontier}  # candidate -> the h its parent predicted
-        layer, device = self.module.layer, root_h.device
-        tree_keys, tree_values, tree_row = [], [], {}
-        root_position = len(ctx.tokens) - 1
-        for level in range(min(self.depth, ctx.budget - 2)):
-            tokens = torch.tensor([candidates.tokens[i] for i in frontier], device=device)
-            x, residual = layer.inputs(ctx.target.embed_tokens(tokens).to(root_h.dtype),
-                                       torch.stack([parent_h[i] for i in frontier]))  # EAGLE-3: its own h, no fc
-            positions = torch.full((len(frontier),), root_position + level, device=device)
-            keys, values = layer.keys_values(x, positions)
-            for row, index in enumerate(frontier, start=len(tree_row)):
-                tree_row[index] = row
-            tree_keys.append(keys)
-            tree_values.append(values)
-            visible = torch.zeros(len(frontier), len(tree_row), dtype=torch.bool, device=device)
-            for row, index in enumerate(frontier):
-                visible[row, [tree_row[a] for a in candidates.ancestors(index)]] = True
-            mask = torch.cat([torch.ones(len(frontier), self.cache.length, dtype=torch.bool, device=device), visible], 1)
-            out = layer.attend(x, residual, positions, torch.cat([self.cache.keys, *tree_keys]),
-                               torch.cat([self.cache.values, *tree_values]), mask)  # [F, H]
-            top = self.log_probs(out).topk(k)
-            scores = torch.tensor([candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()
-            children = candidates.add(self.vocab.token_ids(top.indices).flatten().cpu(), scores.flatten(),
-                                      [i for i in frontier for _ in range(k)])
-            for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
-                parent_h[child] = out[parent_row]
-            frontier = candidates.best(children, k)
-        return candidates.tree(ctx.root, ctx.budget)
-
+        self._embed = ctx.target.embed_tokens
+        return grow(self, ctx.root, root_h, self.cache.keys, self.cache.values, self.log_probs, self.vocab.token_ids,
+                    ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size), self.depth,
+                    root_position=len(ctx.tokens) - 1)
 
 def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
     """An `Eagle3Module` for ``target`` from recipe hyper-parameters (``num_heads``, ``num_kv_heads``, ``inner``,
@@ -304,21 +318,27 @@ def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
                         num_layers=target.config.num_hidden_layers)
 
 
+def target_shape(target: TargetHandle, where: Path) -> dict:
+    """The draft layer's hyper-parameters shaped like one of ``target``'s layers (heads, key/value heads, MLP
+    width, head size, RoPE, norm eps) and EAGLE-3's default ``layer_ids``; ``where`` names it in RoPE errors."""
+    from specbench.drafters.published import rope_base
+
+    config = target.config
+    return {"num_heads": config.num_attention_heads, "num_kv_heads": getattr(config, "num_key_value_heads", None),
+            "inner": getattr(config, "intermediate_size", None), "head_dim": getattr(config, "head_dim", None),
+            "rope_base": rope_base(config, where), "eps": getattr(config, "rms_norm_eps", 1e-6),
+            "layer_ids": default_layer_ids(config.num_hidden_layers), "norm_before_residual": False}
+
+
 def untrained_checkpoint(stem: Path, target: TargetHandle, draft_vocab: int | None = None, seed: int = 0,
                          **hyperparameters) -> Path:
     """Write an eagle3 checkpoint of randomly initialised weights for ``target`` (its layer shape: heads, key/value
     heads, MLP width, RoPE) and return its stem; ``draft_vocab`` V' < V keeps V' random target tokens. Proposals
     are poor, exactness is not affected: for tests, and a starting point for training."""
     from specbench.checkpoint import save_checkpoint, target_identity
-    from specbench.drafters.published import rope_base
 
-    config = target.config
     vocab = target.lm_head.weight.shape[0]
-    shape = {"num_heads": config.num_attention_heads, "num_kv_heads": getattr(config, "num_key_value_heads", None),
-             "inner": getattr(config, "intermediate_size", None), "head_dim": getattr(config, "head_dim", None),
-             "rope_base": rope_base(config, Path(str(stem))), "eps": getattr(config, "rms_norm_eps", 1e-6),
-             "draft_vocab": draft_vocab or vocab, "layer_ids": default_layer_ids(config.num_hidden_layers),
-             "norm_before_residual": False} | hyperparameters
+    shape = target_shape(target, Path(str(stem))) | {"draft_vocab": draft_vocab or vocab} | hyperparameters
     generator = torch.Generator().manual_seed(seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -250,6 +250,12 @@ class LayerTap:
                                  "with --batch-size 1")
         return torch.cat([self._latest[i][0] for i in ids], dim=-1)
 
+    def batch_states(self, ids) -> torch.Tensor | None:
+        """Tensor[B, n, len(ids) * H]: as `states`, every batch row of the latest forward (distillation's batches)."""
+        if any(i not in self._latest for i in ids):
+            return None
+        return torch.cat([self._latest[i] for i in ids], dim=-1)
+
 
 class TargetModel:
     """A Hugging Face causal LM wrapped for tree verification.

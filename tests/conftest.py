@@ -212,15 +212,16 @@ def reference(tiny_target):
     return get
 
 
-def distil_random_prompts(target: TargetModel, out, seed: int = 0):
-    """A tiny self-distillation cache in ``out``: 24 random prompts (20 train, 4 held out), 24 new tokens each."""
+def distil_random_prompts(target: TargetModel, out, seed: int = 0, aux_layers: list[int] | None = None):
+    """A tiny self-distillation cache in ``out``: 24 random prompts (20 train, 4 held out), 24 new tokens each
+    (and the states entering ``aux_layers``: eagle3's)."""
     import random
 
     from specbench.drafters.training.distill import DistillConfig, run_distill
 
     rng = random.Random(seed)
     prompts = [[rng.randrange(90) for _ in range(rng.randint(3, 10))] for _ in range(24)]
-    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8), target,
+    run_distill(DistillConfig(out=str(out), max_new_tokens=24, batch_size=8, shard_size=8, aux_layers=aux_layers), target,
                 {"train": prompts[:20], "heldout": prompts[20:]}, progress=False)
     return out
 

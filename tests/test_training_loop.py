@@ -17,16 +17,19 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from conftest import distil_random_prompts
 from specbench.checkpoint import checkpoint_files
-from specbench.drafters.training import common, config_class, config_classes, ctc, eagle, heads, refuse_others_options
+from specbench.drafters.speculators import default_layer_ids
+from specbench.drafters.training import common, config_class, config_classes, ctc, eagle, eagle3, heads, refuse_others_options
 from specbench.drafters.training.ctc import CTCTrainConfig, train_ctc
 from specbench.drafters.training.eagle import EagleTrainConfig, train_eagle
+from specbench.drafters.training.eagle3 import Eagle3TrainConfig, train_eagle3
 from specbench.drafters.training.heads import HeadTrainConfig, train_heads
 from specbench.errors import SpecbenchError
 
 
 @pytest.fixture(scope="module")
 def cache(llama_target, tmp_path_factory):
-    return distil_random_prompts(llama_target, tmp_path_factory.mktemp("distill"), seed=0)
+    layer_ids = default_layer_ids(llama_target.config.num_hidden_layers)  # eagle3's states too; others ignore them
+    return distil_random_prompts(llama_target, tmp_path_factory.mktemp("distill"), seed=0, aux_layers=layer_ids)
 
 
 def run(method: str, cache, out, epochs: int = 2, **options):
@@ -38,6 +41,9 @@ def run(method: str, cache, out, epochs: int = 2, **options):
     if method == "eagle":
         return train_eagle, EagleTrainConfig(cache=str(cache), out=str(out), epochs=epochs, lr=3e-3, samples_per_step=3,
                                              warmup_steps=2, **options)
+    if method == "eagle3":
+        return train_eagle3, Eagle3TrainConfig(cache=str(cache), out=str(out), epochs=epochs, lr=3e-3, samples_per_step=3,
+                                               warmup_steps=2, draft_vocab=50, **options)
     return train_ctc, CTCTrainConfig(method=method, cache=str(cache), out=str(out), epochs=epochs, lr=3e-3,
                                      samples_per_step=3, warmup_steps=2, eval_budgets=[4], **options)
 
@@ -45,7 +51,7 @@ def run(method: str, cache, out, epochs: int = 2, **options):
 METHODS = [("medusa", {}, heads.HeadBatches), ("hydra", {"loss": "teacher"}, heads.HeadBatches),
            ("hydra", {"prefix_heads": 2}, heads.HeadBatches), ("ctc", {"packed": False}, common.SampleBatches),
            ("ctc", {"packed": True}, common.SampleBatches), ("ctc-ce", {}, common.SampleBatches),
-           ("eagle", {}, common.SampleBatches)]
+           ("eagle", {}, common.SampleBatches), ("eagle3", {"ttt_steps": 3}, eagle3.CurveBatches)]
 
 
 @pytest.mark.parametrize("method, options, seam", METHODS)
@@ -63,7 +69,7 @@ def test_every_method_steps_its_optimiser_only_inside_the_one_loop(method, optio
             inside[0] = False
             calls.append((config.method, data))
 
-    for module in (common, heads, ctc, eagle):
+    for module in (common, heads, ctc, eagle, eagle3):
         monkeypatch.setattr(module, "train_loop", spy)
     handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: steps.append(inside[0]))
     try:
@@ -77,7 +83,7 @@ def test_every_method_steps_its_optimiser_only_inside_the_one_loop(method, optio
 
 
 @pytest.mark.parametrize("method, options", [("medusa", {}), ("hydra", {"prefix_heads": 2}), ("ctc", {}),
-                                             ("eagle", {"unroll": 2})])
+                                             ("eagle", {"unroll": 2}), ("eagle3", {"ttt_steps": 2})])
 def test_a_run_resumed_after_an_epoch_ends_with_the_uninterrupted_weights(method, options, llama_target, cache,
                                                                            tmp_path):
     """The data order and the methods' own random draws depend on the epoch alone, and the optimiser and
@@ -193,9 +199,9 @@ def test_trainers_validate_before_reading_anything(train, config, llama_target):
 def test_methods_map_to_their_configs_and_others_options_are_refused():
     assert {m: c.__name__ for m, c in config_classes().items()} == {
         "medusa": "HeadTrainConfig", "hydra": "HeadTrainConfig", "ctc": "CTCTrainConfig", "ctc-ce": "CTCTrainConfig",
-        "eagle": "EagleTrainConfig"}
+        "eagle": "EagleTrainConfig", "eagle3": "Eagle3TrainConfig"}
     with pytest.raises(SpecbenchError, match="^unknown method 'nosuch' for train; choose one of medusa, hydra, ctc, "
-                                             "ctc-ce, eagle$"):
+                                             "ctc-ce, eagle, eagle3$"):
         config_class("nosuch")
     refused = [("eagle", {"init_from": "x"}, "--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's"),
                ("ctc", {"freeze_loaded": True}, "--freeze-loaded is a medusa and hydra option, not ctc's"),

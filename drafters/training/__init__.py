@@ -1,5 +1,5 @@
 """Training code shared by the trained drafters: ShareGPT prompts, self-distillation data, caches, and the
-trainers of medusa and hydra (`heads`), ctc and ctc-ce (`ctc`) and eagle (`eagle`), which all run the one
+trainers of medusa and hydra (`heads`), ctc and ctc-ce (`ctc`), eagle (`eagle`) and eagle3 (`eagle3`), which all run the one
 loop in `common` (`common.train_loop`).
 
 `config_class` names the training config of each method, and `refuse_others_options` refuses options
@@ -14,10 +14,11 @@ def config_classes() -> dict[str, type]:
     """Each trainable method's training config class (a `common.TrainConfig`), in the order to list them."""
     from specbench.drafters.training.ctc import METHODS, CTCTrainConfig
     from specbench.drafters.training.eagle import EagleTrainConfig
+    from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import MODULES, HeadTrainConfig
 
     heads, ctc = dict.fromkeys(MODULES, HeadTrainConfig), dict.fromkeys(METHODS, CTCTrainConfig)
-    return heads | ctc | {"eagle": EagleTrainConfig}
+    return heads | ctc | {"eagle": EagleTrainConfig, "eagle3": Eagle3TrainConfig}
 
 
 def config_class(method: str) -> type:

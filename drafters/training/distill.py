@@ -49,15 +49,18 @@ class DistillConfig:
     batch_size: int = 16
     shard_size: int = 64
     seed: int = 0
+    aux_layers: list[int] | None = None  # also record the hidden states entering these layers (eagle3's features)
 
 
 @dataclass
 class Sample:
-    """One distilled conversation: ids [L] = prompt + response, hidden [L, H] at every position."""
+    """One distilled conversation: ids [L] = prompt + response, hidden [L, H] at every position, and aux
+    [L, k H] (the hidden states entering the cache's ``aux_layers``, concatenated) when the cache records them."""
 
     input_ids: torch.Tensor
     prompt_len: int
     hidden: torch.Tensor
+    aux: torch.Tensor | None = None
 
 
 @torch.inference_mode()
@@ -82,16 +85,25 @@ def greedy_batch(target: TargetModel, prompts: list[list[int]], max_new_tokens: 
 
 
 @torch.inference_mode()
-def hidden_states(target: TargetModel, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """Last-layer hidden states (after the final norm) of each sequence: list of Tensor[L_i, H], right-padded batch."""
+def hidden_states(target: TargetModel, sequences: list[list[int]], aux_layers: list[int] | None = None
+                  ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """(last-layer hidden states after the final norm [L_i, H], the states entering ``aux_layers`` [L_i, k H] or
+    None) of each sequence, from one right-padded batch forward; the aux states come from the target's
+    `specbench.model.LayerTap`, the same hooks eagle3 reads at inference."""
     width = max(len(s) for s in sequences)
     ids = torch.zeros((len(sequences), width), dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
         ids[row, : len(seq)] = torch.tensor(seq)
         mask[row, : len(seq)] = 1
+    if aux_layers:
+        if target.handle.taps is None:
+            raise SpecbenchError(f"{target.name}: no layer taps to record auxiliary hidden states from")
+        target.handle.taps.request(aux_layers)
     out = target.decoder(input_ids=ids.to(target.device), attention_mask=mask.to(target.device)).last_hidden_state
-    return [out[row, : len(seq)].float().cpu() for row, seq in enumerate(sequences)]
+    aux = target.handle.taps.batch_states(aux_layers) if aux_layers else None  # [B, width, k H]
+    return [(out[row, : len(seq)].float().cpu(), None if aux is None else aux[row, : len(seq)].float().cpu())
+            for row, seq in enumerate(sequences)]
 
 
 def generate_sequences(target: TargetModel, prompts: list[list[int]], batch_size: int, max_new_tokens: int) -> list[list[int]]:
@@ -125,16 +137,20 @@ def generate_shards(target: TargetModel, shards: list[list[list[int]]], config: 
 
 
 def add_hidden(target: TargetModel, tokens: dict[str, torch.Tensor], config: DistillConfig) -> dict[str, torch.Tensor]:
-    """The whole shard: ``tokens`` plus hidden float16[T, H], one target forward per batch of samples."""
+    """The whole shard: ``tokens`` plus hidden float16[T, H] (and aux float16[T, k H] with ``config.aux_layers``),
+    one target forward per batch of samples."""
     offsets = tokens["offsets"].tolist()
     sequences = [tokens["input_ids"][a:b].tolist() for a, b in zip(offsets, offsets[1:])]
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-    hidden: dict[int, torch.Tensor] = {}
+    states: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
     for start in range(0, len(order), config.batch_size):
         batch = order[start : start + config.batch_size]
-        for i, states in zip(batch, hidden_states(target, [sequences[i] for i in batch])):
-            hidden[i] = states
-    return tokens | {"hidden": torch.cat([hidden[i] for i in range(len(sequences))]).to(torch.float16)}
+        for i, pair in zip(batch, hidden_states(target, [sequences[i] for i in batch], config.aux_layers)):
+            states[i] = pair
+    shard = tokens | {"hidden": torch.cat([states[i][0] for i in range(len(sequences))]).to(torch.float16)}
+    if config.aux_layers:
+        shard["aux"] = torch.cat([states[i][1] for i in range(len(sequences))]).to(torch.float16)
+    return shard
 
 
 def token_name(split: str, number: int) -> str:
@@ -163,7 +179,9 @@ def check_compatible(path: Path, manifest: dict, identity: dict, config: Distill
     is how the work is batched, not what it makes, so it may change between sittings)."""
     if manifest["target"] != identity:
         raise SpecbenchError(f"{path} was distilled from {manifest['target']['name']}, not {identity['name']}")
-    old = manifest["config"] | {"out": config.out, "batch_size": config.batch_size}
+    old = {"aux_layers": None} | manifest["config"] | {"out": config.out, "batch_size": config.batch_size}
+    if not growing:  # a token source: only its tokens are used, whatever states it recorded
+        old["aux_layers"] = config.aux_layers
     if old | {"train": config.train} != asdict(config) or (growing and config.train < old["train"]):
         raise SpecbenchError(f"{path} was distilled with other settings; choose another --out "
                              "(only --train may grow)")
@@ -352,4 +370,5 @@ def iter_samples(cache: Path, split: str) -> Iterator[Sample]:
         offsets, prompt_lens = tensors["offsets"].tolist(), tensors["prompt_lens"].tolist()
         for i, prompt_len in enumerate(prompt_lens):
             a, b = offsets[i], offsets[i + 1]
-            yield Sample(tensors["input_ids"][a:b].long(), prompt_len, tensors["hidden"][a:b])
+            aux = tensors["aux"][a:b] if "aux" in tensors else None
+            yield Sample(tensors["input_ids"][a:b].long(), prompt_len, tensors["hidden"][a:b], aux)

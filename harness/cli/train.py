@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # imported when a command runs: torch is slow to import
     from specbench.drafters.training.common import TrainConfig
     from specbench.drafters.training.ctc import CTCTrainConfig
     from specbench.drafters.training.eagle import EagleTrainConfig
+    from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import HeadTrainConfig
     from specbench.model import TargetModel
 
@@ -56,10 +57,14 @@ def distill_arguments(parser: argparse.ArgumentParser) -> None:
                          help="stop after the greedy responses (token files, ~1 KB per prompt); hidden states later")
     parser.add_argument("--tokens-from", default=None,
                          help="a cache (e.g. one made with --tokens-only) whose token files are reused instead of generating")
+    parser.add_argument("--aux-layers", action="store_true",
+                         help="also record the hidden states entering EAGLE-3's low, middle and high layers "
+                              "(what `specbench train eagle3` needs; 3x the hidden states' size)")
 
 
 def train_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("method", help="medusa, hydra, ctc, ctc-ce (the CTC-drafter's cross-entropy ablation) or eagle")
+    parser.add_argument("method", help="medusa, hydra, ctc, ctc-ce (the CTC-drafter's cross-entropy ablation), eagle "
+                                       "or eagle3 (its cache distilled with --aux-layers)")
     parser.add_argument("--cache", default=None, help="distillation cache (default: the one `specbench distill` writes)")
     add_out_file(parser, "--out-checkpoint", "the checkpoint written: STEM.safetensors + STEM.json (and STEM.epochN.pt "
                  "while training) (default: $SPECBENCH_CACHE/checkpoints/<method>-<model>-<sha16>)", metavar="STEM")
@@ -94,6 +99,11 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unroll", type=int, default=1,
                        help="eagle: chain levels trained per position, own predicted features fed back (EAGLE-3's "
                             "training-time test; costs about this many times more)")
+    parser.add_argument("--ttt-steps", type=int, default=None,
+                       help="eagle3: training-time test steps, the draft layer unrolled on its own outputs (default 7, "
+                            "as EAGLE-3's released trainer)")
+    parser.add_argument("--draft-vocab", type=int, default=None,
+                       help="eagle3: tokens its own head scores, the most frequent response tokens (default 32000)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     add_options(parser, RunConfig, ("model", "device", "device_map", "threads"))
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
@@ -225,11 +235,13 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 def _run_distill(args: argparse.Namespace, out: str, target: TargetModel, prompts: dict[str, list[list[int]]], info: dict) -> int:
     """Distill ``prompts`` into ``out`` with the command line's settings (resumable; Ctrl-C keeps finished shards)."""
+    from specbench.drafters.speculators import default_layer_ids
     from specbench.drafters.training.distill import DistillConfig, run_distill
 
     config = DistillConfig(out=out, model=args.model, train=len(prompts["train"]), heldout=args.heldout,
                            max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
-                           batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed)
+                           batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed,
+                           aux_layers=default_layer_ids(target.config.num_hidden_layers) if args.aux_layers else None)
     try:
         run_distill(config, target, prompts, info, progress=not args.no_progress, tokens_only=args.tokens_only,
                     tokens_from=Path(args.tokens_from) if args.tokens_from else None)
@@ -246,12 +258,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from specbench.drafters.training import refuse_others_options
     from specbench.drafters.training.ctc import CTCTrainConfig
+    from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import HeadTrainConfig
     from specbench.model import cache_root, check_device, resolve_model
 
     # an unknown method, another method's option, a bad value: one line each, before a model loads
     refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
-                          own_lm_heads=args.own_lm_heads)
+                          own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, draft_vocab=args.draft_vocab)
     check_out_file(args.out_checkpoint, "--out-checkpoint", "checkpoint stem")
     config = _train_config(args, cache=args.cache or "", out=args.out_checkpoint or "")
     config.validate()
@@ -265,7 +278,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not Path(config.cache, "manifest.json").exists():
         raise SpecbenchError(f"no distillation cache at {config.cache}; run `specbench distill --model {args.model}` first")
     config.out = args.out_checkpoint or str(cache_root() / "checkpoints" / f"{args.method}-{tag}")
-    trainers = {HeadTrainConfig: _train_heads, CTCTrainConfig: _train_ctc}
+    trainers = {HeadTrainConfig: _train_heads, CTCTrainConfig: _train_ctc, Eagle3TrainConfig: _train_eagle3}
     summary, seconds = trainers.get(type(config), _train_eagle)(config, args)
     print(f"{args.method}: {summary}; {seconds:.0f} s; wrote {config.out}.safetensors/.json")
     return 0
@@ -276,6 +289,7 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
     its `validate` checks them."""
     from specbench.drafters.training import config_class
     from specbench.drafters.training.ctc import CTCTrainConfig
+    from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import HeadTrainConfig
 
     cls = config_class(args.method)
@@ -290,6 +304,9 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
         return cls(**shared, **samples, num_slots=args.num_slots, num_labels=args.num_labels,
                    slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None,
                    init_from=args.init_from)
+    if cls is Eagle3TrainConfig:
+        own = {name: getattr(args, name) for name in ("ttt_steps", "draft_vocab") if getattr(args, name) is not None}
+        return cls(**shared, **samples, **own)
     return cls(**shared, **samples, noise=args.noise, unroll=args.unroll)
 
 
@@ -325,10 +342,22 @@ def _train_eagle(config: EagleTrainConfig, args: argparse.Namespace) -> tuple[st
     return summary, recipe["training_seconds"]
 
 
+def _train_eagle3(config: Eagle3TrainConfig, args: argparse.Namespace) -> tuple[str, float]:
+    from specbench.drafters.training.eagle3 import train_eagle3
+    from specbench.model import load_target
+
+    target = load_target(args.model, args.device, args.dtype, args.device_map)
+    recipe = train_eagle3(config, target, progress=not args.no_progress)
+    curve = ", ".join(f"{point['tokens_seen']}: {point['heldout_chain_tau']:.3f}" for point in recipe["metrics"]["curve"])
+    summary = (f"held-out loss by TTT step {recipe['metrics']['heldout_step_loss']}, chain acceptance by depth "
+               f"{recipe['metrics']['heldout_chain']}; learning curve (tokens seen: held-out chain tau) {{{curve}}}")
+    return summary, recipe["training_seconds"]
+
+
 COMMANDS = [
     Command("distill", "self-distillation data for training drafters (the target answers ShareGPT prompts)",
             "specbench distill --model default --train 2000", distill_arguments, cmd_distill),
-    Command("train", "train a drafter (medusa, hydra, ctc, ctc-ce, eagle) on a distillation cache",
+    Command("train", "train a drafter (medusa, hydra, ctc, ctc-ce, eagle, eagle3) on a distillation cache",
             "specbench train hydra --model default", train_arguments, cmd_train),
     Command("convert", "write a specbench medusa/hydra checkpoint in the authors' published layout (read back by "
                        "--drafter-option NAME.checkpoint=DIR)",

@@ -1,0 +1,222 @@
+"""Training of the eagle3 drafter with EAGLE-3's training-time test (TTT), on a distillation cache made with
+``specbench distill --aux-layers`` (the target's states entering EAGLE-3's low, middle and high layers).
+
+Follows SafeAILab/EAGLE's released trainer (``eagle/traineagle3/cnets.py``: the unrolled forward, ``ploss_weight``;
+the draft vocabulary from token counts), not copied; written from the authors' design, not re-checked line by
+line against a pinned commit. One known difference: step j's query sits at position t + j - 1 (what the tree's
+node meets at inference here), where the released trainer may keep each step at t.
+
+**Training-time test.** The draft layer is unrolled ``ttt_steps`` times per anchor (`Eagle3Module.forward_unrolled`):
+step 1 reads the fused target features, step j > 1 reads its own step j - 1 output, with the attention mask the
+dynamic tree meets at inference (true context plus the anchor's own chain). At step j, anchor t is scored against
+the target's next-token distribution at position t + j (the one predicting x_{t+j+1}), cut to the draft vocabulary
+and renormalised, on anchors whose x_{t+1} is a response token and whose target's top token is in the draft
+vocabulary (the released ``position_mask``):
+
+    loss = sum_j decay^(j-1) * mean_t [ -sum_v p_target(v) log p_draft(v) ],   decay = 0.8 (``ploss_weight``)
+
+specbench subtracts the teacher's entropy from each cross-entropy (a constant: the same gradient), so the
+recorded losses are KL divergences, 0 for a draft that matches the target, and comparable across models.
+
+**Draft vocabulary.** The ``draft_vocab`` most frequent response tokens of the train split (the released code
+counts loss-masked tokens), topped up by the cache's overall ranking when fewer occur, sorted by id: d2t/t2d.
+specbench starts the draft ``lm_head`` from the target's rows of those tokens (a warm start, its own choice).
+
+**Learning curve.** The held-out acceptance is measured before training and after every epoch: the greedy
+chain's acceptance along the held-out responses (the target's own greedy output, so a draft equal to the next
+response token is exactly a token greedy verification accepts), by depth, and its expected tokens per step
+(``heldout_chain_tau``), against training tokens seen. It goes to the recipe and to ``<out>.curve.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specbench.drafters.eagle3 import Eagle3Module, build_module, target_shape
+from specbench.drafters.training.common import (
+    SampleBatches,
+    SampleTrainConfig,
+    at_least,
+    autocast,
+    sample_training_data,
+    train_loop,
+    write_trained,
+)
+from specbench.drafters.training.distill import Sample, shard_paths, shard_tensors
+from specbench.errors import SpecbenchError
+from specbench.model import TargetModel
+
+#: EAGLE-3's released training settings (``eagle/traineagle3/``): 7 unrolled steps, step j weighted 0.8^(j-1),
+#: a 32000-token draft vocabulary.
+TTT_STEPS, STEP_DECAY, DRAFT_VOCAB = 7, 0.8, 32000
+
+
+@dataclass(kw_only=True)
+class Eagle3TrainConfig(SampleTrainConfig):
+    """How to train an eagle3 drafter: `SampleTrainConfig`'s fields and EAGLE-3's own."""
+
+    method: str = "eagle3"
+    ttt_steps: int = TTT_STEPS  # training-time test: steps the draft layer is unrolled on its own outputs
+    step_decay: float = STEP_DECAY  # step j's loss weight is step_decay^(j-1)
+    draft_vocab: int = DRAFT_VOCAB  # tokens the draft's own head scores (capped at the target's vocabulary)
+    eval_depth: int = 5  # depth of the held-out chain acceptance (the learning curve)
+
+    def validate(self) -> None:
+        if self.method != "eagle3":
+            raise SpecbenchError(f"Eagle3TrainConfig trains eagle3, not {self.method!r}")
+        super().validate()
+        at_least(self, 1, "ttt_steps", "draft_vocab", "eval_depth")
+        if not 0 < self.step_decay <= 1:
+            raise SpecbenchError(f"--step-decay must be in (0, 1], not {self.step_decay!r}")
+        if self.train_vocab:
+            raise SpecbenchError("--train-vocab does not apply to eagle3: its head scores its own --draft-vocab tokens")
+
+
+def draft_token_ids(cache: Path, ranking: torch.Tensor, size: int) -> torch.Tensor:
+    """LongTensor[V'] (sorted): the ``size`` most frequent response tokens of the train split, ties and any
+    shortfall filled in ``ranking``'s order (token ids by count over prompts and responses)."""
+    vocab = ranking.numel()
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for path in shard_paths(cache, "train"):
+        tensors = shard_tensors(path, ("input_ids", "offsets", "prompt_lens"))
+        offsets, prompt_lens = tensors["offsets"].tolist(), tensors["prompt_lens"].tolist()
+        for i, prompt_len in enumerate(prompt_lens):
+            response = tensors["input_ids"][offsets[i] + prompt_len : offsets[i + 1]].long()
+            counts += torch.bincount(response, minlength=vocab)
+    place = torch.empty(vocab, dtype=torch.long)
+    place[ranking.long()] = torch.arange(vocab)  # each token's place in the overall ranking
+    order = sorted(range(vocab), key=lambda token: (-int(counts[token]), int(place[token])))
+    return torch.tensor(order[: min(size, vocab)], dtype=torch.long).sort().values
+
+
+def unrolled_outputs(module: Eagle3Module, target: TargetModel, sample: Sample, levels: int) -> list[torch.Tensor]:
+    """h per unrolled step, each [L - 1, H], for anchors 0..L-2 of ``sample`` (rows whose later steps run past
+    the sample's end read zero embeddings; callers drop them)."""
+    if sample.aux is None:
+        raise SpecbenchError("eagle3 trains on the target's auxiliary hidden states: distill with --aux-layers")
+    dtype = next(module.parameters()).dtype
+    anchors = len(sample.input_ids) - 1
+    aux = sample.aux[:anchors].to(target.device, dtype)  # [P, k H]
+    with torch.no_grad():
+        embeddings = target.handle.embed_tokens(sample.input_ids[1:].to(target.device)).to(dtype)  # [P, H]
+    padding = embeddings.new_zeros(levels - 1, embeddings.shape[1])
+    return module.forward_unrolled(aux, torch.cat([embeddings, padding]), levels)
+
+
+def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: int, decay: float
+             ) -> tuple[torch.Tensor, list[float]] | None:
+    """(the weighted TTT loss, each step's unweighted loss) of one sample; None without a response anchor."""
+    length, start = len(sample.input_ids), sample.prompt_len - 1
+    if length - 1 - start < 1:
+        return None
+    draft_ids = module.token_ids()  # [V']
+    with torch.no_grad():
+        full = target.lm_head(sample.hidden[start + 1 : length].to(target.device, torch.float32)).float()  # [n, V]
+        teacher_log = full[:, draft_ids].log_softmax(dim=-1)  # [n, V'] positions start+1 .. L-1
+        teacher = teacher_log.exp()
+        entropy = -(teacher * teacher_log).sum(dim=-1)  # [n]
+        in_vocab = module.t2d[full.argmax(dim=-1)].float()  # [n]: the target's top token is draftable
+    outs = unrolled_outputs(module, target, sample, steps)
+    total, per_step = 0.0, []
+    for step, h in enumerate(outs, start=1):
+        rows = length - start - step  # anchors start .. L-1-step
+        if rows < 1:
+            break
+        log_p = module.lm_head(module.norm(h[start : start + rows])).float().log_softmax(dim=-1)  # [rows, V']
+        window = slice(step - 1, step - 1 + rows)
+        cross_entropy = -(teacher[window] * log_p).sum(dim=-1)  # [rows]
+        loss = (in_vocab[window] * (cross_entropy - entropy[window])).mean()  # KL: the CE's gradient, 0 when exact
+        total = total + decay ** (step - 1) * loss
+        per_step.append(loss.item())
+    return total, per_step
+
+
+@torch.no_grad()
+def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterable[Sample], levels: int) -> dict:
+    """Held-out acceptance of the greedy draft chain along the responses, by depth (see the module docstring):
+    ``heldout_depth_top1[d-1]`` right at depth d, ``heldout_chain[d-1]`` right at every depth <= d, and
+    ``heldout_chain_tau`` = 1 + sum(chain). Anchors: response positions with labels at every depth."""
+    was_training = module.training
+    module.eval()
+    right_at, chain_at, anchors = torch.zeros(levels), torch.zeros(levels), 0
+    ids = module.token_ids()
+    for sample in samples:
+        start, end = sample.prompt_len - 1, len(sample.input_ids) - levels - 1  # labels x_{t+levels+1} exist
+        if end <= start:
+            continue
+        outs = unrolled_outputs(module, target, sample, levels)
+        right = torch.stack([
+            ids[module.lm_head(module.norm(h[start:end])).argmax(dim=-1)].cpu()
+            == sample.input_ids[start + depth + 1 : end + depth + 1]
+            for depth, h in enumerate(outs, start=1)])  # [levels, R]
+        right_at += right.sum(dim=1)
+        chain_at += right.int().cumprod(dim=0).sum(dim=1)
+        anchors += right.shape[1]
+    module.train(was_training)
+    chain = (chain_at / max(1, anchors)).tolist()
+    return {"heldout_depth_top1": [round(x, 4) for x in (right_at / max(1, anchors)).tolist()],
+            "heldout_chain": [round(x, 4) for x in chain], "heldout_chain_tau": round(1 + sum(chain), 4),
+            "heldout_chain_anchors": anchors}
+
+
+class CurveBatches(SampleBatches):
+    """`SampleBatches` whose per-epoch history also holds the held-out acceptance and the training tokens seen
+    so far: the learning curve, one point per epoch (a resumed run keeps the earlier points in its history)."""
+
+    def __init__(self, samples: list[Sample], per_step: int, seed: int, sample_loss, measure) -> None:
+        super().__init__(samples, per_step, seed, sample_loss)
+        self.measure, self.epoch = measure, 0
+        self.tokens_per_epoch = sum(len(sample.input_ids) for sample in samples)
+
+    def batches(self, epoch: int):
+        self.epoch = epoch
+        return super().batches(epoch)
+
+    def history(self, records: list[list[float]]) -> dict:
+        return super().history(records) | {"tokens_seen": (self.epoch + 1) * self.tokens_per_epoch} | self.measure()
+
+
+def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool = True) -> dict:
+    """Build the draft vocabulary, train with TTT on `train_loop` (each epoch checkpointed, a rerun resumes),
+    measure the held-out acceptance per epoch, write the checkpoint, its recipe and ``<out>.curve.json``."""
+    config.validate()
+    manifest, ranking, _, _, train, heldout = sample_training_data(config, target)
+    layer_ids = manifest["config"].get("aux_layers")
+    if not layer_ids:
+        raise SpecbenchError(f"{config.cache} holds no auxiliary hidden states; distill it with --aux-layers")
+    token_ids = draft_token_ids(Path(config.cache), ranking, config.draft_vocab)
+    shape = target_shape(target.handle, Path(config.out)) | {"draft_vocab": len(token_ids), "layer_ids": layer_ids}
+    module = build_module(shape, target.handle).to(target.device)
+    module.set_vocabulary(token_ids)
+    with torch.no_grad():
+        module.lm_head.weight.copy_(target.lm_head.weight[token_ids.to(target.device)])  # warm start [V', H]
+
+    def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
+        out = ttt_loss(module, target, sample, config.ttt_steps, config.step_decay)
+        return None if out is None else out[0]
+
+    def measure() -> dict:
+        return chain_acceptance(module, target, heldout, config.eval_depth)
+
+    start_point = {"epoch": 0, "tokens_seen": 0} | measure()
+    data = CurveBatches(train, config.samples_per_step, config.seed, sample_loss, measure)
+    history, seconds = train_loop(module, data, target, config, progress)
+    with autocast(target.device, config.dtype):
+        metrics = measure()
+        step_losses = [ttt_loss(module, target, sample, config.ttt_steps, config.step_decay) for sample in heldout]
+    per_step = [[losses[j] for _, losses in filter(None, step_losses) if j < len(losses)] for j in range(config.ttt_steps)]
+    metrics["heldout_step_loss"] = [round(sum(x) / len(x), 4) if x else None for x in per_step]
+    curve = [start_point] + [{key: row[key] for key in ("epoch", "tokens_seen", *start_point.keys()) if key in row}
+                             for row in history]
+    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{config.out}.curve.json").write_text(json.dumps(
+        {"measure": "held-out greedy chain acceptance along the target's own responses (chain_acceptance)",
+         "train_samples": len(train), "heldout_samples": len(heldout), "curve": curve}, indent=1) + "\n")
+    return write_trained(Path(config.out), module, ranking, target, config, manifest,
+                         {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics | {"curve": curve},
+                         history, seconds, **shape)

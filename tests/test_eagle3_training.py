@@ -1,0 +1,146 @@
+"""eagle3 training (issue 44 item 2): the distillation cache's auxiliary states are what the drafter reads at
+inference, the training-time test unrolls the layer on its own outputs with the tree's mask, training lowers
+the loss, resumes, writes the learning curve, and the checkpoint drafts losslessly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PROMPTS, distil_random_prompts, plain_greedy
+from specbench.drafters.draft_vocab import token_ranking
+from specbench.drafters.eagle3 import Eagle3Drafter
+from specbench.drafters.speculators import default_layer_ids
+from specbench.drafters.training.distill import iter_samples
+from specbench.drafters.training.eagle3 import (
+    Eagle3TrainConfig,
+    draft_token_ids,
+    train_eagle3,
+    ttt_loss,
+    unrolled_outputs,
+)
+from specbench.errors import SpecbenchError
+from specbench.harness.loop import generate
+
+
+@pytest.fixture(scope="module")
+def trained(llama_target, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("eagle3-train")
+    layer_ids = default_layer_ids(llama_target.config.num_hidden_layers)
+    cache = distil_random_prompts(llama_target, folder / "cache", seed=3, aux_layers=layer_ids)
+    config = Eagle3TrainConfig(cache=str(cache), out=str(folder / "eagle3"), epochs=3, lr=5e-3, samples_per_step=2,
+                               warmup_steps=2, ttt_steps=3, draft_vocab=60)
+    return config, train_eagle3(config, llama_target, progress=False)
+
+
+def test_the_cache_holds_the_states_the_drafter_reads(llama_target, trained):
+    """A sample's aux rows are the states entering the layers that eagle3's layer taps record on the same tokens."""
+    config, _ = trained
+    sample = next(iter(iter_samples(Path(config.cache), "train")))
+    layer_ids = default_layer_ids(llama_target.config.num_hidden_layers)
+    llama_target.handle.taps.request(layer_ids)
+    with torch.no_grad():
+        llama_target.decoder(input_ids=sample.input_ids[None])
+    expected = llama_target.handle.taps.states(layer_ids)  # [L, 3H]
+    assert sample.aux.shape == expected.shape == (len(sample.input_ids), 3 * llama_target.config.hidden_size)
+    torch.testing.assert_close(sample.aux.float(), expected.float(), rtol=2e-3, atol=2e-3)  # float16 storage
+
+
+def test_ttt_steps_feed_the_layers_own_output_back(llama_target, trained):
+    """Step j at anchor t equals the drafter's own chain: the cache over the true context 0..t, then nodes fed
+    the previous step's h (no fc), each attending to the context and its ancestors. Teacher forcing (k = 1
+    semantics: every step from the target's features) gives other numbers, so this fails for it."""
+    config, _ = trained
+    drafter = Eagle3Drafter(checkpoint=config.out)
+    drafter.reset(llama_target.handle)
+    module = drafter.module
+    sample = next(iter(iter_samples(Path(config.cache), "heldout")))
+    levels, anchor = 3, sample.prompt_len + 2
+    with torch.no_grad():
+        outs = unrolled_outputs(module, llama_target, sample, levels)  # levels x [L-1, H]
+        ids = sample.input_ids
+        embed = llama_target.handle.embed_tokens
+        layer = module.layer
+        positions = torch.arange(anchor + 1)
+        x, residual = layer.inputs(embed(ids[1 : anchor + 2]), module.fc(sample.aux[: anchor + 1].float()))
+        keys, values = layer.keys_values(x, positions)
+        h = layer.attend(x[-1:], residual[-1:], positions[-1:], keys, values, None)  # step 1 at the anchor
+        torch.testing.assert_close(outs[0][anchor], h[0], rtol=1e-4, atol=1e-5)
+        for step in range(2, levels + 1):
+            x, residual = layer.inputs(embed(ids[anchor + step : anchor + step + 1]), h)  # its own h, no fc
+            position = torch.tensor([anchor + step - 1])
+            k, v = layer.keys_values(x, position)
+            keys, values = torch.cat([keys, k]), torch.cat([values, v])
+            h = layer.attend(x, residual, position, keys, values, None)
+            torch.testing.assert_close(outs[step - 1][anchor], h[0], rtol=1e-4, atol=1e-5)
+        forced, _ = layer.inputs(embed(ids[anchor + 2 : anchor + 3]), module.fc(sample.aux[anchor + 1 : anchor + 2].float()))
+        assert not torch.allclose(forced, layer.inputs(embed(ids[anchor + 2 : anchor + 3]), outs[0][anchor : anchor + 1])[0])
+
+
+def test_the_loss_weights_each_step_as_the_released_trainer(llama_target, trained):
+    config, _ = trained
+    module = Eagle3Drafter(checkpoint=config.out)
+    module.reset(llama_target.handle)
+    sample = next(iter(iter_samples(Path(config.cache), "train")))
+    with torch.no_grad():
+        total, per_step = ttt_loss(module.module, llama_target, sample, 4, 0.8)
+        first, (only,) = ttt_loss(module.module, llama_target, sample, 1, 0.8)
+    assert len(per_step) == 4 and per_step[0] == pytest.approx(only)
+    assert total.item() == pytest.approx(sum(0.8 ** j * loss for j, loss in enumerate(per_step)), rel=1e-5)
+    assert first.item() == pytest.approx(only)
+
+
+def test_training_lowers_the_loss_resumes_and_writes_the_learning_curve(llama_target, trained):
+    config, recipe = trained
+    history = recipe["history"]
+    assert history[-1]["train_loss"] < 0.7 * history[0]["first_tenth_loss"]  # KL to the target, whole last epoch
+    curve = json.loads(Path(f"{config.out}.curve.json").read_text())["curve"]
+    assert [point["epoch"] for point in curve] == [0, 1, 2, 3]
+    seen = [point["tokens_seen"] for point in curve]
+    assert seen[0] == 0 and seen[1] > 0 and seen == [seen[1] * e for e in range(4)]
+    for point in curve:
+        chain = point["heldout_chain"]
+        assert chain == sorted(chain, reverse=True) and point["heldout_chain_tau"] == pytest.approx(1 + sum(chain), abs=1e-3)
+    assert curve[-1]["heldout_chain_tau"] > curve[0]["heldout_chain_tau"]  # it learned something held out
+    assert recipe["metrics"]["curve"] == curve and len(recipe["metrics"]["heldout_step_loss"]) == 3
+    assert train_eagle3(config, llama_target, progress=False)["metrics"] == recipe["metrics"]  # resumed: same weights
+
+
+def test_the_draft_vocabulary_is_the_most_frequent_response_tokens(llama_target, trained):
+    config, recipe = trained
+    drafter = Eagle3Drafter(checkpoint=config.out)
+    drafter.reset(llama_target.handle)
+    ids = drafter.module.token_ids().cpu()
+    assert len(ids) == 60 == recipe["hyperparameters"]["draft_vocab"] and torch.equal(ids, ids.sort().values)
+    counts = torch.zeros(llama_target.config.vocab_size, dtype=torch.long)
+    for sample in iter_samples(Path(config.cache), "train"):
+        counts += torch.bincount(sample.input_ids[sample.prompt_len :], minlength=len(counts))
+    assert counts[ids].min() >= counts[~drafter.module.t2d.cpu()].max()  # none left out is more frequent
+    ranking = token_ranking(Path(config.cache), len(counts))
+    assert torch.equal(draft_token_ids(Path(config.cache), ranking, 60), ids)  # ties: the cache's overall ranking
+    many = draft_token_ids(Path(config.cache), ranking, 200)  # more than the target has: all of them
+    assert torch.equal(many, torch.arange(len(counts)))
+
+
+@pytest.mark.parametrize("budget", [1, 2, 8, 24])
+def test_the_trained_checkpoint_drafts_losslessly(llama_target, trained, budget):
+    config, _ = trained
+    drafter = Eagle3Drafter(checkpoint=config.out, top_k=4, depth=3)
+    for prompt in PROMPTS[:3]:
+        result = generate(llama_target, drafter, prompt, 24, budget)
+        assert result.output_ids == plain_greedy(llama_target.model, prompt, 24, llama_target.eos_ids)
+        assert max(step.nodes for step in result.steps) <= budget
+
+
+def test_a_cache_without_aux_states_and_bad_settings_are_refused(llama_target, trained, tmp_path):
+    config, _ = trained
+    with pytest.raises(SpecbenchError, match="--ttt-steps"):
+        Eagle3TrainConfig(cache="c", out="o", ttt_steps=0).validate()
+    with pytest.raises(SpecbenchError, match="--train-vocab"):
+        Eagle3TrainConfig(cache="c", out="o", train_vocab=10).validate()
+    plain = distil_random_prompts(llama_target, tmp_path / "plain", seed=3)
+    with pytest.raises(SpecbenchError, match="--aux-layers"):
+        train_eagle3(Eagle3TrainConfig(cache=str(plain), out=str(tmp_path / "x"), epochs=1), llama_target, progress=False)
