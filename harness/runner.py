@@ -33,6 +33,7 @@ from specbench.harness.options import resume_keys
 from specbench.harness.provenance import git_state, source_digest
 from specbench.model import TargetModel, load_target
 from specbench.placement import placement_summary
+from specbench.progress import phase
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.results import (
@@ -218,7 +219,7 @@ class Run:
                 generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), self.budgets[name].budget,
                          sampling=config.sampling, seed=turn_seed(config.seed, "warm-up", 0))
 
-        bar = _progress_bar(len(todo) * len(drafters), self.progress)
+        bar = phase("questions x drafters", len(todo) * len(drafters), "q", show=self.progress)
         live: dict[str, list[float]] = {name: [0, 0.0, 0, 0] for name in drafters}  # tokens, seconds, steps, accepted
         for question in todo:
             vanilla_ids = None
@@ -238,9 +239,8 @@ class Run:
                 stats[1] += sum(record.wall_time)
                 stats[2] += len(record.accept_lengths)
                 stats[3] += sum(record.accept_lengths)
-                bar.set_postfix_str(" ".join(f"{n}:{s[0] / max(s[1], 1e-9):.1f}tok/s tau={s[3] / max(s[2], 1):.2f}"
-                                             for n, s in live.items() if s[2]))
-                bar.update(1)
+                bar.update(1, **{n: f"{s[0] / max(s[1], 1e-9):.1f}tok/s tau={s[3] / max(s[2], 1):.2f}"
+                                 for n, s in live.items() if s[2]})
         bar.close()
         self._merge()
         if self.is_main and config.sampling.greedy:  # after every timed turn: the re-score cannot perturb timing
@@ -305,10 +305,3 @@ class Run:
             sampling=sampling.to_json(), seeds=None if sampling.greedy else seeds,
             answer_id=uuid.uuid4().hex, tstamp=time.time(),
         )
-
-
-def _progress_bar(total: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="questions x drafters", unit="q", disable=not enabled, file=sys.stderr,
-                dynamic_ncols=True)
