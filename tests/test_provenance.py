@@ -20,13 +20,18 @@ def git(folder: Path, *args: str) -> None:
                    capture_output=True)
 
 
-def test_commit_and_dirty_state(tmp_path):
-    repo = tmp_path / "repo"
+def one_commit_repo(repo):
+    """A git repository at ``repo`` with one commit of one file, a.txt."""
     repo.mkdir()
     git(repo, "init", "-q")
     (repo / "a.txt").write_text("one\n")
     git(repo, "add", "a.txt")
     git(repo, "commit", "-q", "-m", "first")
+    return repo
+
+
+def test_commit_and_dirty_state(tmp_path):
+    repo = one_commit_repo(tmp_path / "repo")
     clean = git_state((repo,))
     assert len(clean["git_sha"]) == 40 and clean["git_dirty"] is False
     (repo / "b.txt").write_text("untracked\n")
@@ -56,12 +61,7 @@ def test_source_digest_is_the_same_for_a_clone_and_an_installed_copy(tmp_path):
 def test_a_checkout_owned_by_another_user_still_gives_its_commit(tmp_path):
     """git refuses a repository another user owns ("dubious ownership"); the manifest's sha must not go null
     (the H100 run's did: a tree copied onto the machine, run as root)."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.txt").write_text("one\n")
-    git(repo, "add", "a.txt")
-    git(repo, "commit", "-q", "-m", "first")
+    repo = one_commit_repo(tmp_path / "repo")
     mine = git_state((repo,))
     for path in [repo, *repo.rglob("*")]:
         os.chown(path, 65534, 65534, follow_symlinks=False)  # nobody
