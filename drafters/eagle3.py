@@ -177,6 +177,7 @@ class Eagle3Drafter(CheckpointDrafter):
     per expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5)."""
 
     method = "eagle3"
+    max_batch_size = 1  # its layer taps hold batch row 0 only (`specbench.model.LayerTap.states` refuses more)
 
     def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5) -> None:
         super().__init__(checkpoint, None, False)

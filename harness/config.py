@@ -9,6 +9,7 @@ transformers (the command line builds its parser from it).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,10 @@ class RunConfig:
                               "budget of highest predicted speedup on this machine, from a replay over the calibration "
                               "set and the verify-cost profile; greedy), or per drafter, e.g. hydra=4,medusa=3,auto")
     repeats: int = option(1, "time each turn N times, keep the median", parse=integer, check=at_least(1))
+    batch_size: list[int] = option([1], "sequences decoded together (continuous batching, one verify forward per step), "
+                                   "or a sweep, e.g. 1,2,4: batch 1 writes answers/ as always, each size B > 1 its "
+                                   "own batch-B/answers/ with vanilla at B as its baseline", parse=int_csv,
+                                   check=at_least(1), metavar="N[,N,...]", resume=False)
     breakdown: bool = option(True, "record per-stage times (draft, transform, verify, accept) in the timed run "
                              "itself; costs nothing measurable on CPU (docs/performance.md)")
     device: str = option("cpu", "cpu, cuda or cuda:N")
@@ -148,6 +153,7 @@ class RunConfig:
             raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")
         for name in self.drafters:
             get_drafter_class(split_entry(name)[0])  # unknown names fail here, listing the known ones
+        self._check_batch_sizes(distributed.current_shard() is not None)
         parse_budget_spec(self.tree_budget, self.drafters)
         self.sampling  # impossible sampling settings raise here
         if self.calibration == HELDOUT:
@@ -164,6 +170,38 @@ class RunConfig:
         check_device(self.device)
         if self.profile is not None:
             load_profile(Path(self.profile))  # a bad file stops the run before the model loads
+
+    def _check_batch_sizes(self, sharded: bool) -> None:
+        """``--batch-size``: a drafter that cannot batch (its class's ``max_batch_size``, e.g. eagle3's 1) is a
+        one-line error before the model loads (under ``--drafters all`` it is left out, saying why); so are
+        ``--repeats`` and torchrun with a batch above 1 (neither is implemented for batches)."""
+        from specbench.registry import get_drafter_class
+
+        largest = max(self.batch_sizes)
+        if largest == 1:
+            return
+        if self.repeats > 1:
+            raise SpecbenchError(f"--repeats {self.repeats} works at batch size 1 only; drop --repeats or give "
+                                 f"--batch-size 1 (got --batch-size {','.join(map(str, self.batch_sizes))})")
+        if sharded:
+            raise SpecbenchError("--batch-size above 1 does not run under torchrun yet; launch one process")
+        for name in list(self.drafters):
+            limit = getattr(get_drafter_class(split_entry(name)[0]), "max_batch_size", None)
+            if limit is None or largest <= limit:
+                continue
+            if getattr(self, "every_drafter", False):
+                print(f"specbench: {name} left out of --drafters all: it runs at batch size {limit} at most "
+                      f"(--batch-size {largest})", file=sys.stderr)
+                self.drafters.remove(name)
+                continue
+            raise SpecbenchError(f"--batch-size {largest}: drafter {name} runs at batch size {limit} at most; "
+                                 f"leave it out or give --batch-size {limit}")
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """``batch_size`` as sorted distinct sizes (the API may give one int)."""
+        value = self.batch_size
+        return sorted({value} if isinstance(value, int) else set(value))
 
     @property
     def sampling(self) -> Sampling:

@@ -6,6 +6,15 @@ prompted with that drafter's own earlier answers. Interleaving per question spre
 evenly over drafters. One warm-up question (the first selected one, first turn, at most 32 tokens) runs
 through every drafter before anything is recorded. Under torchrun each rank runs its share of the
 questions this way and rank 0 merges the answers (`harness.distributed`).
+
+Batch sizes (`--batch-size 1,2,4`; docs/decisions.md, "Batching"): batch 1 runs as above and writes
+`<out>/answers/`. Each size B > 1 then runs drafter by drafter (vanilla first) through `generate_batch`: every
+pending question's turn 1 as one stream of jobs, B decoding at a time with refill, then every turn 2 prompted
+with that question's own turn-1 answer, and so on (one *batch pass* per turn). It writes
+`<out>/batch-B/answers/<drafter>.jsonl`, so the summary compares each drafter with vanilla at the same B.
+A record carries ``batch_size`` and, at B > 1, ``batch_passes`` (per turn: the pass's id, sequences, generated
+tokens and measured wall time), from which throughput is exact. A drafter's records at B are written when
+all its passes at B end: an interrupted drafter reruns all its unfinished questions at B on ``--resume``.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from specbench.harness.autobudget import resolve_budgets
 from specbench.harness.autobudget.profile import resolve_profile
 from specbench.harness.autobudget.spec import BudgetChoice, create_entry
 from specbench.harness.config import RunConfig
-from specbench.harness.loop import TurnResult, generate
+from specbench.harness.loop import Job, TurnResult, generate, generate_batch
 from specbench.harness.options import resume_keys
 from specbench.harness.provenance import git_state, source_digest
 from specbench.model import TargetModel, load_target
@@ -42,12 +51,14 @@ from specbench.results import (
     Answer,
     answers_path,
     append_answer,
+    batch_folder,
     first_divergence,
     read_answers,
     read_manifest,
     write_json,
 )
 from specbench.sampling import turn_seed
+from specbench.timing import wall_clock
 
 WARMUP_TOKENS = 32
 
@@ -106,6 +117,8 @@ class Run:
         if self.shard:
             distributed.start(self.shard, self.device)
         self.done = self._prepare_out_dir()
+        #: finished records at each batch size B > 1 (its own `batch_folder`), by drafter and question id
+        self.batch_done = {size: self._batch_done(size) for size in config.batch_sizes if size > 1}
         if self.shard:
             distributed.barrier()  # every rank has looked at the directory before any rank writes to it
         self.progress = progress and self.is_main
@@ -129,6 +142,7 @@ class Run:
         except OSError as exc:
             raise SpecbenchError(f"cannot create --out {self.out}: {exc.strerror}") from None
         existing = sorted(self.out.glob("answers/*.jsonl")) + sorted(self.out.glob(f"{distributed.RANKS}/*/answers/*.jsonl"))
+        existing += sorted(self.out.glob("batch-*/answers/*.jsonl"))  # a batch sweep's sub-runs
         if existing and not self.config.resume:
             raise SpecbenchError(f"{self.out} already holds results; pass --resume to continue it, or choose another --out")
         if not self.config.resume:
@@ -155,6 +169,25 @@ class Run:
                     done[name].setdefault(record.question_id, record)
         return done
 
+    def _batch_done(self, size: int) -> dict[str, dict[object, Answer]]:
+        """Finished records at batch size ``size`` > 1 (empty unless resuming; `_prepare_out_dir` has checked
+        the settings): ``batch-<size>/answers/<drafter>.jsonl``, a cut-short last line removed."""
+        done: dict[str, dict[object, Answer]] = {}
+        if not self.config.resume:
+            return done
+        for name in self.drafter_names:
+            path = answers_path(batch_folder(self.out, size), name)
+            done[name] = {}
+            if path.is_file():
+                for record in read_answers(path, drop_partial_tail=True):
+                    done[name].setdefault(record.question_id, record)
+        return done
+
+    def batch_pending(self, size: int) -> list[Question]:
+        """The questions some drafter has not finished at batch size ``size`` > 1."""
+        done = self.batch_done[size]
+        return [q for q in self.questions if any(q.question_id not in done.get(d, {}) for d in self.drafter_names)]
+
     def pending(self) -> list[Question]:
         """This process's questions (under torchrun, its rank's share) that some drafter has not finished."""
         mine = self.shard.owns(self.questions) if self.shard else self.questions
@@ -173,6 +206,10 @@ class Run:
                 manifest = build_manifest(config, target, self.bench_path, self.questions, budgets, calibration)
             else:  # resuming a run recorded before budgets were: add them, keep the rest as it was
                 manifest |= {"budgets": {n: c.to_json() for n, c in budgets.items()}, "calibration": calibration}
+        # every batch size any launch of this directory ran (a resume may add sizes to the sweep)
+        recorded = manifest.setdefault("config", {})
+        earlier = recorded.get("batch_size", [1])
+        recorded["batch_size"] = sorted(set([earlier] if isinstance(earlier, int) else earlier) | set(config.batch_sizes))
         if ranks is not None:  # one entry per torchrun launch of this run directory
             manifest.setdefault("distributed", []).append({
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "world_size": len(ranks),
@@ -212,9 +249,12 @@ class Run:
         if shard:  # every rank runs rank 0's budgets
             self.budgets = distributed.broadcast(self.budgets if shard.is_main else None)
 
-        todo = self.pending()
-        if config.warmup and todo:
-            warm_ids = prompts.build(todo[0].turns[:1], [])
+        sizes = config.batch_sizes
+        todo = self.pending() if 1 in sizes else []  # batch 1: interleaved per question, as always
+        batched = {size: self.batch_pending(size) for size in sizes if size > 1}
+        first = todo or next((questions for questions in batched.values() if questions), [])
+        if config.warmup and first:
+            warm_ids = prompts.build(first[0].turns[:1], [])
             for name, drafter in drafters.items():
                 generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), self.budgets[name].budget,
                          sampling=config.sampling, seed=turn_seed(config.seed, "warm-up", 0))
@@ -242,8 +282,11 @@ class Run:
                 bar.update(1, **{n: f"{s[0] / max(s[1], 1e-9):.1f}tok/s tau={s[3] / max(s[2], 1):.2f}"
                                  for n, s in live.items() if s[2]})
         bar.close()
+        for size, questions in batched.items():
+            if questions:
+                self._run_batch_size(size, questions, target, prompts)
         self._merge()
-        if self.is_main and config.sampling.greedy:  # after every timed turn: the re-score cannot perturb timing
+        if self.is_main and config.sampling.greedy and 1 in sizes:  # after every timed turn: the re-score cannot perturb timing
             self.attribution = self._attribute(target, prompts)
         return self.out
 
@@ -291,6 +334,14 @@ class Run:
             results.append(median)
             repeats_wall.append([r.wall_s for r in runs])
             answers.append(prompts.answer_text(median.output_ids))
+        return self._answer(question, name, target, results, answers, repeats_wall, seeds, vanilla_ids, {"batch_size": 1})
+
+    def _answer(self, question: Question, name: str, target: TargetModel, results: list[TurnResult],
+                answers: list[str], repeats_wall: list[list[float]], seeds: list[int],
+                vanilla_ids: list[list[int]] | None, extra: dict) -> Answer:
+        """One question's record from its turns' results (the same at every batch size; ``extra`` holds
+        ``batch_size`` and, above 1, the ``batch_passes``)."""
+        sampling = self.config.sampling
         output_ids = [r.output_ids for r in results]
         divergence = None  # sampled ids equal vanilla's in distribution only (tests), so they are not compared
         if sampling.greedy and name == BASELINE:
@@ -301,7 +352,68 @@ class Run:
             question_id=question.question_id, category=question.category, drafter=name, turns=answers,
             new_tokens=[r.new_tokens for r in results], wall_time=[r.wall_s for r in results],
             output_ids=output_ids, steps=[r.steps for r in results], prefill_ms=[r.prefill_ms for r in results],
-            wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name, tree_budget=budget,
-            sampling=sampling.to_json(), seeds=None if sampling.greedy else seeds,
-            answer_id=uuid.uuid4().hex, tstamp=time.time(),
+            wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name,
+            tree_budget=self.budgets[name].budget, sampling=sampling.to_json(), seeds=None if sampling.greedy else seeds,
+            answer_id=uuid.uuid4().hex, tstamp=time.time(), extra=dict(extra),
         )
+
+    # ---- batch sizes above 1 (module docstring) ------------------------------------------------------------
+    def _run_batch_size(self, size: int, questions: list[Question], target: TargetModel,
+                        prompts: PromptBuilder) -> None:
+        """Every drafter (vanilla first) over ``questions`` at batch size ``size``; records appended to
+        ``batch-<size>/answers/``. A warm-up batch (``size`` copies of the first question's turn 1, at most
+        `WARMUP_TOKENS` tokens) runs through each drafter first: the batch cache's first forwards."""
+        config = self.config
+        home = batch_folder(self.out, size)
+        done = self.batch_done[size]
+        for name, drafter in self.drafters.items():
+            todo = [q for q in questions if q.question_id not in done.get(name, {})]
+            if not todo:
+                continue
+            if self.progress:
+                print(f"specbench: batch size {size}: {name}, {len(todo)} questions", file=sys.stderr)
+            budget = self.budgets[name].budget
+            if config.warmup:
+                warm_ids = prompts.build(todo[0].turns[:1], [])
+                jobs = [Job(list(warm_ids), min(WARMUP_TOKENS, config.max_new_tokens),
+                            turn_seed(config.seed, "warm-up", 0), key=b) for b in range(size)]
+                for _ in generate_batch(target, drafter, jobs, budget, size, sampling=config.sampling):
+                    pass
+            vanilla = done.get(BASELINE, {})
+            for record in self._batch_passes(size, todo, target, drafter, prompts, name, vanilla):
+                append_answer(answers_path(home, name), record)
+                done.setdefault(name, {})[record.question_id] = record
+
+    def _batch_passes(self, size: int, todo: list[Question], target: TargetModel, drafter, prompts: PromptBuilder,
+                      name: str, vanilla: dict[object, Answer]) -> list[Answer]:
+        """``todo`` through ``drafter`` at batch size ``size``: one `generate_batch` pass per turn (every
+        question that has that turn, each prompted with its own earlier answers), timed as a whole."""
+        config = self.config
+        budget = self.budgets[name].budget
+        results: dict[object, list[TurnResult]] = {q.question_id: [] for q in todo}
+        texts: dict[object, list[str]] = {q.question_id: [] for q in todo}
+        passes: dict[object, list[dict]] = {q.question_id: [] for q in todo}
+        for turn in range(max(len(q.turns) for q in todo)):
+            asked = [q for q in todo if len(q.turns) > turn]
+            jobs = [Job(list(prompts.build(q.turns[: turn + 1], texts[q.question_id])), config.max_new_tokens,
+                        turn_seed(config.seed, q.question_id, turn), key=q.question_id) for q in asked]
+            start = wall_clock(target.device)
+            finished = {job.key: result for job, result in generate_batch(target, drafter, jobs, budget, size,
+                                                                          config.breakdown, config.sampling)}
+            wall_s = wall_clock(target.device) - start
+            record = {"id": uuid.uuid4().hex, "turn": turn + 1, "batch_size": size, "sequences": len(jobs),
+                      "new_tokens": sum(result.new_tokens for result in finished.values()), "wall_s": wall_s}
+            for q in asked:
+                result = finished[q.question_id]
+                results[q.question_id].append(result)
+                texts[q.question_id].append(prompts.answer_text(result.output_ids))
+                passes[q.question_id].append(record)
+        records = []
+        for q in todo:
+            qid = q.question_id
+            seeds = [turn_seed(config.seed, qid, turn) for turn in range(len(q.turns))]
+            reference = vanilla[qid].output_ids if qid in vanilla else None
+            records.append(self._answer(q, name, target, results[qid], texts[qid], [[r.wall_s] for r in results[qid]],
+                                        seeds, reference, {"batch_size": size, "batch_passes": passes[qid]}))
+        return records
+

@@ -15,6 +15,13 @@ sampled runs, whose ids are not compared.
 (records from before sampling existed count as greedy). ``tree_budget`` is the budget the drafter ran at
 (empty for records that predate it; the largest if records of one drafter disagree, which only hand-merged
 runs can do).
+``batch_size`` and the columns after it (docs/decisions.md, "Batching"): a run with a batch sweep has one block
+of rows per batch size (batch 1 from answers/, each B > 1 from batch-B/answers/), each compared with vanilla at
+the same batch size; ``throughput_tok_s`` is generated tokens over the measured wall time that produced them
+(at B > 1 the batch passes', overall rows only), ``throughput_speedup`` its ratio to vanilla's,
+``ms_per_token_p50`` / ``p95`` per-sequence latency over (question, turn) pairs. At batch 1 a row is what it
+always was, with ``batch_size`` 1 and ``throughput_tok_s`` = ``tokens_per_s``. (``speedup`` at B > 1 is the
+ratio of per-sequence time per token, each sequence sharing the device with the others in its batch.)
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import pandas as pd
 from specbench import metrics
 from specbench.errors import SpecbenchError
 from specbench.results import (
+    ANSWERS,
     BASELINE,
     EQUAL,
     MISMATCH,
@@ -34,6 +42,7 @@ from specbench.results import (
     SUMMARY,
     UNATTRIBUTED,
     Answer,
+    batch_folders,
     drafter_order,
     load_run,
     turn_outcomes,
@@ -46,6 +55,7 @@ COLUMNS = [
     "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
     "turns", "equal_turns", "near_tie_turns", "mismatch_turns", "unattributed_turns", "max_over_bound",
+    "batch_size", "throughput_tok_s", "ms_per_token_p50", "ms_per_token_p95", "throughput_speedup",
 ]
 OUTCOME_COLUMNS = {EQUAL: "equal_turns", NEAR_TIE: "near_tie_turns", MISMATCH: "mismatch_turns",
                    UNATTRIBUTED: "unattributed_turns"}
@@ -86,6 +96,10 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
                     "new_tokens": sum(record.new_tokens),
                     "wall_s": sum(record.wall_time),
                     "accept_lengths": record.accept_lengths,
+                    "batch_size": int(record.extra.get("batch_size", 1)),  # records before batches: 1
+                    "ms_per_token": [wall * 1000.0 / tokens for wall, tokens in zip(record.wall_time, record.new_tokens)
+                                     if tokens],
+                    "batch_passes": record.extra.get("batch_passes") or [],
                     "turns": len(record.turns),
                     **{column: outcomes.count(outcome) if known else np.nan
                        for outcome, column in OUTCOME_COLUMNS.items()},
@@ -127,6 +141,7 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
         **shares,
         "other_share": other,
         "speedup": np.nan, "speedup_ci_low": np.nan, "speedup_ci_high": np.nan, "speedup_mean_throughput": np.nan,
+        **_batch_columns(category, rows, wall),
     }
     if base is not None:
         paired = rows.merge(base, on="question_id", suffixes=("", "_base"))
@@ -138,8 +153,34 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
     return row
 
 
+def _batch_columns(category: str, rows: pd.DataFrame, wall: float) -> dict:
+    """``batch_size``; ``throughput_tok_s``: generated tokens over the wall time that produced them (batch 1:
+    the turns' own wall time, so it equals ``tokens_per_s``; batch B > 1: the measured wall time of the batch
+    passes the records name, each pass counted once; a pass mixes categories, so only the overall row has it);
+    ``ms_per_token_p50`` / ``p95``: per-sequence latency, each turn's wall time over its tokens (at B > 1 the
+    turn shares the device with the other rows). ``throughput_speedup`` is filled in by `summarize`."""
+    sizes = rows["batch_size"].unique()
+    size = int(sizes.max())
+    if size == 1:
+        throughput = rows["new_tokens"].sum() / wall
+    elif category == OVERALL:
+        throughput = metrics.pass_throughput([p for passes in rows["batch_passes"] for p in passes])
+    else:
+        throughput = np.nan
+    latency = [value for turns in rows["ms_per_token"] for value in turns]
+    return {
+        "batch_size": size,
+        "throughput_tok_s": throughput,
+        "ms_per_token_p50": metrics.percentile(latency, 50),
+        "ms_per_token_p95": metrics.percentile(latency, 95),
+        "throughput_speedup": np.nan,
+    }
+
+
 def summarize(runs: dict[str, list[Answer]]) -> pd.DataFrame:
-    """The summary table: drafters in run order (vanilla first), categories in file order, then overall."""
+    """The summary table: drafters in run order (vanilla first), categories in file order, then overall.
+    ``runs`` is one batch size's records (one answers/ folder): ``throughput_speedup`` divides each row's
+    throughput by vanilla's in the same category, i.e. vanilla at the same batch size."""
     table = question_table(runs)
     if table.empty:
         raise SpecbenchError("no finished questions to summarize")
@@ -154,11 +195,28 @@ def summarize(runs: dict[str, list[Answer]]) -> pd.DataFrame:
             rows = mine if category == OVERALL else mine[mine["category"] == category]
             if len(rows):
                 out.append(_summary_row(drafter, category, rows, base))
+    reference = {row["category"]: row["throughput_tok_s"] for row in out if row["drafter"] == BASELINE}
+    for row in out:  # vanilla's own rows give 1.0
+        if reference.get(row["category"], 0) > 0:  # NaN compares False: no reference, no ratio
+            row["throughput_speedup"] = row["throughput_tok_s"] / reference[row["category"]]
     return pd.DataFrame(out, columns=COLUMNS)
 
 
+def summarize_run(out: Path) -> pd.DataFrame:
+    """The summary of a run directory: its own answers/ (batch 1, or any run without a batch sweep), then
+    each batch sub-run ``batch-B/`` in order of B, one block of rows per batch size, each with vanilla at that
+    batch size as its baseline (docs/decisions.md, "Batching")."""
+    sub_runs = batch_folders(out)
+    parts = []
+    if (Path(out) / ANSWERS).is_dir() or not sub_runs:
+        parts.append(summarize(load_run(out)))  # no answers/ and no sub-run: load_run's one-line error
+    for _, folder in sub_runs:
+        parts.append(summarize(load_run(folder)))
+    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+
+
 def write_summary(out: Path) -> pd.DataFrame:
-    summary = summarize(load_run(out))
+    summary = summarize_run(out)
     summary.to_csv(Path(out) / SUMMARY, index=False, float_format="%.6g")
     return summary
 
@@ -172,6 +230,9 @@ def format_table(summary: pd.DataFrame, overall_only: bool = False) -> str:
         columns[2:2] = ["temperature", "verify", "lossless"]
     if view["other_share"].notna().any():
         columns += ["draft_share", "transform_share", "verify_share", "accept_share", "other_share"]
+    if "batch_size" in view and (view["batch_size"] > 1).any():  # a batch sweep: the size and its throughput
+        columns.insert(1, "batch_size")
+        columns += ["throughput_tok_s", "throughput_speedup", "ms_per_token_p50", "ms_per_token_p95"]
     text = view[columns].to_string(index=False, float_format=lambda v: f"{v:.3f}")
     lines = [*divergence_lines(summary), *warnings(summary)]
     return "\n".join([text, *lines])
@@ -186,7 +247,8 @@ def divergence_lines(summary: pd.DataFrame) -> list[str]:
     """One line per drafter whose ids were compared: how its turns compare with vanilla's."""
     lines = []
     for _, row in _overall(summary).iterrows():
-        line = (f"ids vs vanilla, {row['drafter']}: {int(row['equal_turns'])} equal, {int(row['near_tie_turns'])} "
+        at = f" at batch size {int(row['batch_size'])}" if row.get("batch_size", 1) > 1 else ""
+        line = (f"ids vs vanilla{at}, {row['drafter']}: {int(row['equal_turns'])} equal, {int(row['near_tie_turns'])} "
                 f"near-tie, {int(row['mismatch_turns'])} mismatch of {int(row['turns'])} turns")
         if row["unattributed_turns"]:
             line += f", {int(row['unattributed_turns'])} divergent not attributed"

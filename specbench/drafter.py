@@ -86,6 +86,10 @@ class Drafter:
 
     #: the registry name, set by `register_drafter` or the entry-point loader
     name: ClassVar[str] = ""
+    #: the largest batch (`--batch-size`) this drafter can run at, or None for any: a drafter whose proposals
+    #: read something only batch row 0 has (eagle3 reads the target's layer taps) says 1, and `run` refuses
+    #: a larger batch before the model loads
+    max_batch_size: ClassVar[int | None] = None
 
     def __init__(self, **options: Any) -> None:
         if options:

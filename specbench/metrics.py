@@ -8,6 +8,8 @@
   P(>= d | >= d - 1); optionally counting at depth d only the steps that proposed a node there.
 - decode walk (offline, for training's estimates): tau of decoding a known response when each position
   would emit a known number of tokens.
+- batches: throughput over batch passes (tokens over the passes' measured wall time, each pass once) and
+  per-sequence latency percentiles (ms per token).
 """
 
 from __future__ import annotations
@@ -98,3 +100,19 @@ def acceptance_by_depth(
 def accept_length_histogram(accept_lengths: Sequence[int]) -> dict[int, int]:
     values, counts = np.unique(np.asarray(accept_lengths, dtype=int), return_counts=True)
     return {int(v): int(c) for v, c in zip(values, counts)}
+
+
+def pass_throughput(passes: Sequence[dict]) -> float:
+    """Generated tokens per second over batch passes (each ``{"id", "new_tokens", "wall_s", ...}``, as the
+    runner records one per turn at batch size B > 1): sum of tokens over sum of measured wall time, each
+    pass counted once however many records name it; NaN for none."""
+    unique = {entry["id"]: entry for entry in passes}
+    wall = sum(float(entry["wall_s"]) for entry in unique.values())
+    if not unique or wall <= 0:
+        return float("nan")
+    return sum(int(entry["new_tokens"]) for entry in unique.values()) / wall
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (numpy's linear interpolation), NaN for no values (per-sequence ms/token)."""
+    return float(np.percentile(values, q)) if len(values) else float("nan")

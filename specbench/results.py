@@ -244,6 +244,25 @@ def answers_path(out: Path, drafter: str) -> Path:
     return Path(out) / ANSWERS / f"{drafter}.jsonl"
 
 
+#: a batch size B > 1 of a run (`--batch-size`) writes into `<out>/batch-B/` (its own answers/), batch 1 into `<out>`
+BATCH_PREFIX = "batch-"
+
+
+def batch_folder(out: Path, size: int) -> Path:
+    """Where batch size ``size`` writes its answers: the run directory itself at 1, else ``<out>/batch-<size>``."""
+    return Path(out) if size == 1 else Path(out) / f"{BATCH_PREFIX}{size}"
+
+
+def batch_folders(out: Path) -> list[tuple[int, Path]]:
+    """A run's batch sub-runs ``batch-B/`` (B > 1) that hold an answers/ folder, by batch size."""
+    found = []
+    for folder in Path(out).glob(f"{BATCH_PREFIX}*"):
+        size = folder.name.removeprefix(BATCH_PREFIX)
+        if size.isdigit() and int(size) > 1 and (folder / ANSWERS).is_dir():
+            found.append((int(size), folder))
+    return sorted(found)
+
+
 def answer_files(folder: Path) -> dict[str, Path]:
     """Each drafter's answer file in an ``answers/`` folder, by drafter name, sorted by name: plain
     ``NAME.jsonl`` or compressed ``NAME.jsonl.gz``; a one-line error when a drafter has both."""
