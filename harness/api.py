@@ -20,7 +20,7 @@ import pandas as pd
 from specbench.errors import SpecbenchError
 from specbench.harness.config import RunConfig
 from specbench.harness.options import declared
-from specbench.results import Answer, load_run, read_manifest
+from specbench.results import ANSWERS, Answer, batch_folders, load_run, read_manifest
 
 
 @dataclass
@@ -30,13 +30,17 @@ class RunResult:
     path: Path
     answers: dict[str, list[Answer]] = field(repr=False)
     manifest: dict | None = field(repr=False)
+    #: a batch sweep's sub-runs (`--batch-size`): records by batch size B > 1, then by drafter; ``answers`` is
+    #: batch 1's (or, for a run without batch 1, the smallest size's)
+    batches: dict[int, dict[str, list[Answer]]] = field(default_factory=dict, repr=False)
 
     @cached_property
     def summary(self) -> pd.DataFrame:
-        """One row per drafter and category plus ``overall`` (the columns of ``summary.csv``)."""
-        from specbench.reports.summary import summarize
+        """One row per drafter and category plus ``overall`` (the columns of ``summary.csv``); a batch sweep
+        has one block of rows per batch size."""
+        from specbench.reports.summary import summarize, summarize_run
 
-        return summarize(self.answers)
+        return summarize_run(self.path) if self.batches else summarize(self.answers)
 
     def report(self, out: str | Path | None = None, formats: tuple[str, ...] = ("md", "html", "tex", "csv"),
                charts: tuple[str, ...] = ("png", "pdf"), dpi: int = 200) -> Path:
@@ -52,7 +56,12 @@ class RunResult:
 def load(run_dir: str | Path) -> RunResult:
     """A finished run directory (answers, manifest) as a `RunResult`."""
     run_dir = Path(run_dir)
-    return RunResult(run_dir, load_run(run_dir), read_manifest(run_dir))
+    batches = {size: load_run(folder) for size, folder in batch_folders(run_dir)}
+    if (run_dir / ANSWERS).is_dir() or not batches:
+        answers = load_run(run_dir)  # no answers/ and no sub-run: its one-line error
+    else:
+        answers = batches[min(batches)]
+    return RunResult(run_dir, answers, read_manifest(run_dir), batches)
 
 
 def _target_from(model: Any, tokenizer: Any) -> Any:
