@@ -70,7 +70,7 @@ class RunConfig:
     batch_size: list[int] = option([1], "sequences decoded together (continuous batching, one verify forward per step), "
                                    "or a sweep, e.g. 1,2,4: batch 1 writes answers/ as always, each size B > 1 its "
                                    "own batch-B/answers/ with vanilla at B as its baseline", parse=int_csv,
-                                   check=at_least(1), metavar="N[,N,...]", resume=False)
+                                   check=at_least(1), metavar="N,N,...", resume=False)
     breakdown: bool = option(True, "record per-stage times (draft, transform, verify, accept) in the timed run "
                              "itself; costs nothing measurable on CPU (docs/performance.md)")
     device: str = option("cpu", "cpu, cuda or cuda:N")

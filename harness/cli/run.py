@@ -46,7 +46,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     summary = write_summary(out)
     print(format_table(summary))
-    print(f"\nresults: {out}/answers/*.jsonl, {out}/summary.csv, {out}/manifest.json")
+    sub_runs = "".join(f", {out}/batch-{size}/answers/*.jsonl" for size in config.batch_sizes if size > 1)
+    print(f"\nresults: {out}/answers/*.jsonl{sub_runs}, {out}/summary.csv, {out}/manifest.json")
     return 0
 
 
