@@ -100,6 +100,7 @@ class CheckpointDrafter(Drafter):
             self.head_vocabs = None if own is None else \
                 [DraftVocab.of_projection(projection, ranking, vocab_size) for projection in own]
             self.recipe, self._loaded_for = recipe, key
+            self.compiled_parts = None  # new weights: the compiled regime compiles them again (`compile_parts`)
             self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
             self.loaded(recipe)
         self._followed = 0

@@ -33,6 +33,14 @@ class CTCDrafter(CheckpointDrafter):
     ``draft_vocab`` and ``context_vocab`` (see `CheckpointDrafter`)."""
 
     method = "ctc"
+    capturable = True
+
+    def compile_parts(self, compile):
+        """The context features and their keys/values (the newly accepted rows), and the slots' decoder layer
+        over the growing context (dynamo makes its length symbolic). The prefix beam search is host code."""
+        for part in ("context_features", "context_keys_values", "slot_features"):
+            setattr(self.module, part, compile(getattr(self.module, part)))
+        return ["context features", "context keys/values", "slot layer"]
 
     def __init__(self, checkpoint: str | None = None, top_k: int = DEFAULT_TOP_K, beam: int | None = None,
                  min_prob: float = 1e-3, draft_vocab: int | None = None, context_vocab: bool | str = True) -> None:

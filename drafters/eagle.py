@@ -94,6 +94,15 @@ class EagleDrafter(CheckpointDrafter):
     at most depth + 1 deep)."""
 
     method = "eagle"
+    capturable = True
+
+    def compile_parts(self, compile):
+        """The fc fusion and the draft layer's two halves (keys/values of new rows; attention of new rows over
+        the draft cache, whose length grows: dynamo makes it symbolic)."""
+        self.module.fuse = compile(self.module.fuse)
+        self.module.layer.keys_values = compile(self.module.layer.keys_values)
+        self.module.layer.attend = compile(self.module.layer.attend)
+        return ["fc", "layer keys/values", "layer attention"]
 
     def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None, top_k: int = 8,
                  depth: int = 5, context_vocab: bool | str = True) -> None:

@@ -75,6 +75,14 @@ class HydraDrafter(HeadDrafter):
     method = "hydra"
     module_class = HydraHeads
     module_options = ("prefix_heads", "own_vocab", "own_bias", "projected_residual", "prefix_shape")
+    capturable = True
+
+    def compile_parts(self, compile):
+        """Each head (its input [F, d + 1, H]: F <= top_k frontier nodes at depth d). Hydra++'s prefix layer
+        stays eager: its context grows every step."""
+        for head in self.module.heads:
+            head.forward = compile(head.forward)
+        return [f"head {d + 1}" for d in range(len(self.module.heads))]
 
     def start_sequence(self) -> None:
         self.prefix_cache = PrefixCache()

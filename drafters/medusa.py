@@ -191,6 +191,27 @@ class MedusaDrafter(HeadDrafter):
 
     method = "medusa"
     module_class = MedusaHeads
+    capturable = True
+
+    _prefetched: torch.Tensor | None = None  # [K, H]: this row's heads, computed by `propose_rows` for the batch
+
+    @torch.inference_mode()
+    def propose_rows(self, rows):
+        """The heads of every row in one forward (h [R, H] -> [K, R, H]), then each row's dynamic tree from its
+        own slice, as `propose` would grow it (static trees and per-head projections: row by row)."""
+        if len(rows) == 1 or self.tree != "dynamic" or self.head_vocabs is not None or rows[0][1].budget < 2:
+            return super().propose_rows(rows)
+        for drafter, ctx in rows:
+            drafter.follow_context(ctx)
+        features = self.module(torch.stack([drafter.head_input(ctx) for drafter, ctx in rows]))  # [K, R, H]
+        for r, (drafter, _) in enumerate(rows):
+            drafter._prefetched = features[:, r]  # [K, H]
+        return [drafter.propose(ctx) for drafter, ctx in rows]
+
+    def compile_parts(self, compile):
+        """The K heads in one forward (h [..., H] -> [K', ..., H]; K' and the rows are a few fixed values)."""
+        self.module.forward = compile(self.module.forward)
+        return ["heads"]
 
     def draft(self, ctx: DraftContext, shape: StaticTree, h: torch.Tensor) -> DraftTree:
         features = self.module(h, shape.max_depth)  # [D, H], D = tree depth <= K
@@ -208,7 +229,8 @@ class MedusaDrafter(HeadDrafter):
         (as the static tree does); heads with their own projections are scored when the tree reaches them
         (each is a pass over its own matrix, and a small budget needs only the first)."""
         if depth == 0 and self.head_vocabs is None:
-            self._step_children = self.top_log_probs(self.module(h), k)  # ([K, k], [K, k])
+            features, self._prefetched = (self.module(h) if self._prefetched is None else self._prefetched), None
+            self._step_children = self.top_log_probs(features, k)  # ([K, k], [K, k])
         elif depth == 0:
             self._step_features = self.module(h, min(len(self.module.heads), ctx.budget - 1))  # [D, H]
         if self.head_vocabs is None:

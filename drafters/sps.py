@@ -35,7 +35,8 @@ SELF = "self"
 
 
 class SpSDrafter(Drafter):
-    """Draft-model speculative decoding (a chain of ``depth`` draft tokens per step)."""
+    """Draft-model speculative decoding (a chain of ``depth`` draft tokens per step). Not ``capturable``:
+    its draft model runs on its own `DynamicCache`, so the compiled regime runs it eagerly (docs/decisions.md)."""
 
     def __init__(self, model: str | torch.nn.Module = SELF, self_draft: str = "int8", depth: int = 4) -> None:
         super().__init__()

@@ -153,6 +153,7 @@ def _open_row(rows, b: int, job: Job, drafter: Drafter, target: TargetModel, bud
     if sampling is not None and not sampling.greedy:
         generator = torch.Generator().manual_seed((0 if job.seed is None else job.seed) ^ 0x5EED)
     drafter.reset(target.handle)
+    target.prepare_drafter(drafter)  # the compiled regime: a capturable drafter's forwards compiled once
     start = wall_clock(target.device)
     with timer.stage("prefill"):
         logits, hidden = rows.start(b, buffer[:prompt_len], job.max_new_tokens)  # logits [V], hidden [L, H]
@@ -214,17 +215,22 @@ def generate_batch(
     yield from refill()
     while any(row is not None for row in live):
         trees: list[DraftTree | None] = [None] * size
-        for b, row in enumerate(live):
-            if row is None:
-                continue
+        active = [b for b, row in enumerate(live) if row is not None]
+        contexts = []
+        for b in active:
+            row = live[b]
             row.timer.next_step()
-            ctx = DraftContext(
+            contexts.append(DraftContext(
                 tokens=row.buffer[: row.past + 1], root=row.root, hidden=row.hidden, target=target.handle,
                 budget=budget, span=row.timer.span, sampling=sampling, generator=row.generator,
-            )
-            with row.timer.stage("draft"):
-                trees[b] = row.drafter.propose(ctx)
-            trees[b].validate(row.root, budget)
+            ))
+        with ExitStack() as stages:  # one propose for the batch (`Drafter.propose_rows`): each row's draft spans it
+            for b in active:
+                stages.enter_context(live[b].timer.stage("draft"))
+            proposed = drafters[0].propose_rows([(live[b].drafter, ctx) for b, ctx in zip(active, contexts)])
+        for b, tree in zip(active, proposed):
+            tree.validate(live[b].root, budget)
+            trees[b] = tree
         with ExitStack() as stages:  # one forward for the batch: each row's verify stage spans it
             for row in live:
                 if row is not None:

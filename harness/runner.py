@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from specbench import __version__
+from specbench.drafter import Drafter
 from specbench.errors import SpecbenchError
 from specbench.harness import distributed
 from specbench.harness.attribution import Attribution, attribute_run, fp32_target
@@ -69,8 +70,23 @@ def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
     return None if profile is None else profile.to_json() | {"source": source}
 
 
+def drafters_regime(target: TargetModel, drafters: dict[str, Drafter]) -> dict:
+    """In the compiled regime, what ran compiled per drafter: the parts it compiled (`Drafter.compile_parts`),
+    or why it ran eagerly (not capturable: a plug-in's default; or nothing of its own to compile)."""
+    if not target.compile:
+        return {}
+    record = {}
+    for name, drafter in drafters.items():
+        parts = target.prepare_drafter(drafter)
+        record[name] = ({"compiled": parts} if parts else
+                        {"compiled": [], "eager": "capturable, nothing to compile" if parts is not None
+                         else "not capturable (Drafter.capturable is False): its forwards run eagerly"})
+    return {"drafters": record}
+
+
 def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, questions: list[Question],
-                   budgets: dict[str, BudgetChoice], calibration: dict | None) -> dict:
+                   budgets: dict[str, BudgetChoice], calibration: dict | None,
+                   drafters: dict[str, Drafter] | None = None) -> dict:
     import transformers
 
     return {
@@ -93,7 +109,7 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                         "cuda_device": torch.cuda.get_device_name() if target.device.type == "cuda" else None,
                         "placement": placement_summary(target)},
         "profile": run_profile(config, target),
-        "regime": target.regime_record(),  # eager or compiled (static cache, buckets, compile mode)
+        "regime": target.regime_record() | drafters_regime(target, drafters or {}),  # eager or compiled, per drafter
         "budgets": {name: choice.to_json() for name, choice in budgets.items()},  # what each drafter ran at, and why
         "calibration": calibration,
     }
@@ -203,7 +219,8 @@ class Run:
         else:
             budgets, calibration = resolve_budgets(config, target, prompts, self.drafters, self.progress)
             if manifest is None:
-                manifest = build_manifest(config, target, self.bench_path, self.questions, budgets, calibration)
+                manifest = build_manifest(config, target, self.bench_path, self.questions, budgets, calibration,
+                                          self.drafters)
             else:  # resuming a run recorded before budgets were: add them, keep the rest as it was
                 manifest |= {"budgets": {n: c.to_json() for n, c in budgets.items()}, "calibration": calibration}
         # every batch size any launch of this directory ran (a resume may add sizes to the sweep)
@@ -240,6 +257,10 @@ class Run:
         target.use_regime(config.regime)  # eager (default) or compiled: the target's verify forward and cache
         if getattr(config, "every_drafter", False):
             self._leave_out_unavailable(target)
+        if target.compile:  # the capturable drafters' forwards compiled before the manifest records them
+            for drafter in self.drafters.values():
+                drafter.reset(target.handle)
+                target.prepare_drafter(drafter)
         prompts = PromptBuilder(target.tokenizer, config.template)
         drafters = self.drafters
         shard = self.shard
@@ -340,7 +361,7 @@ class Run:
                 answers: list[str], repeats_wall: list[list[float]], seeds: list[int],
                 vanilla_ids: list[list[int]] | None, extra: dict) -> Answer:
         """One question's record from its turns' results (the same at every batch size; ``extra`` holds
-        ``batch_size`` and, above 1, the ``batch_passes``)."""
+        ``batch_size`` and, above 1, the ``batch_passes``; the record adds the ``regime``)."""
         sampling = self.config.sampling
         output_ids = [r.output_ids for r in results]
         divergence = None  # sampled ids equal vanilla's in distribution only (tests), so they are not compared
@@ -354,7 +375,7 @@ class Run:
             output_ids=output_ids, steps=[r.steps for r in results], prefill_ms=[r.prefill_ms for r in results],
             wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name,
             tree_budget=self.budgets[name].budget, sampling=sampling.to_json(), seeds=None if sampling.greedy else seeds,
-            answer_id=uuid.uuid4().hex, tstamp=time.time(), extra=dict(extra),
+            answer_id=uuid.uuid4().hex, tstamp=time.time(), extra={"regime": target.regime, **extra},
         )
 
     # ---- batch sizes above 1 (module docstring) ------------------------------------------------------------

@@ -368,6 +368,33 @@ def _budget_axis(ax, sizes: list[int]) -> None:
 
 
 @styled
+def batch_scaling(batches: pd.DataFrame, colours: dict[str, str]) -> Figure | None:
+    """Throughput (left) and throughput over vanilla's at the same batch size (right) against batch size, one
+    line per drafter (`tables.batch_table`'s data); None with fewer than two batch sizes."""
+    sizes = sorted(int(b) for b in batches["batch_size"].unique())
+    if len(sizes) < 2:
+        return None
+    fig = _figure(WIDE, 2.3)
+    axes = fig.subplots(1, 2)
+    markers = drafter_markers(list(colours))
+    for drafter in drafter_order(batches["drafter"]):
+        mine = batches[batches["drafter"] == drafter].sort_values("batch_size")
+        style = {"color": colours.get(drafter, VANILLA_GREY), "marker": markers.get(drafter, "o"), "markersize": 3.5,
+                 "label": drafter}
+        axes[0].plot(mine["batch_size"], mine["throughput_tok_s"], **style)
+        axes[1].plot(mine["batch_size"], mine["throughput_speedup"], **style)
+    for ax, label in zip(axes, ("tokens/s (all sequences)", "throughput / vanilla's, same batch size")):
+        _budget_axis(ax, sizes)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(label)
+        _y_grid(ax)
+    axes[1].axhline(1.0, color=VANILLA_GREY, linestyle="--", linewidth=0.8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=len(labels))
+    return fig
+
+
+@styled
 def verify_cost(profile: dict) -> Figure | None:
     """The run's verify-cost profile: t_verify(n) / t_verify(1) by tree size, one line per tree shape."""
     sizes, ms = profile.get("sizes") or [], profile.get("ms") or {}

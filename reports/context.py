@@ -11,7 +11,7 @@ import pandas as pd
 from specbench.reports.runs import RunResults
 from specbench.reports.tables import model_label
 
-FIELDS = ("Run directory", "Model", "Parameters", "Model sha256", "dtype", "Device", "Threads", "Versions",
+FIELDS = ("Run directory", "Model", "Parameters", "Model sha256", "dtype", "Device", "Regime", "Threads", "Versions",
           "git", "Drafters", "Sampling", "Tree budget", "Max new tokens", "Repeats", "Timing", "Questions", "Date",
           "Command line")
 
@@ -44,6 +44,18 @@ def _budgets(config: dict, budgets: dict | None) -> str:
     return f"{spec}: {ran}" if ran else spec
 
 
+def regime_label(manifest: dict) -> str:
+    """``eager``, or ``compiled`` with its mode and, per drafter, what ran compiled (`harness.runner.drafters_regime`)."""
+    regime = manifest.get("regime") or {"name": (manifest.get("config") or {}).get("regime", "eager")}
+    if regime.get("name") != "compiled":
+        return str(regime.get("name", "eager"))
+    text = f"compiled ({regime.get('mode', '?')}; static cache, buckets {regime.get('buckets', '?')})"
+    drafters = regime.get("drafters") or {}
+    parts = [f"{name}: {', '.join(rec['compiled']) if rec.get('compiled') else 'eager'}" for name, rec in drafters.items()
+             if name != "vanilla"]
+    return f"{text}; drafters {'; '.join(parts)}" if parts else text
+
+
 def run_context(run: RunResults) -> dict[str, str]:
     """Field -> text, in `FIELDS` order; '?' where the manifest does not say."""
     manifest = run.manifest
@@ -67,6 +79,7 @@ def run_context(run: RunResults) -> dict[str, str]:
         "Model sha256": _short(model.get("sha256")),
         "dtype": str(config.get("dtype", "?")),
         "Device": f"{device} ({hardware})" if hardware else str(device),
+        "Regime": regime_label(manifest),
         "Threads": str(env.get("torch_threads") or config.get("threads") or "?"),
         "Versions": versions or "?",
         "git": _short(manifest.get("git_sha")) + (" (uncommitted changes)" if manifest.get("git_dirty") else ""),

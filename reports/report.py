@@ -42,7 +42,8 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
     acceptance, histogram = tables.acceptance_table(run), tables.histogram_table(run)
     breakdown = tables.breakdown_table(run, summary)
     budgets = tables.budget_table(run, summary)
-    section.tables += [t for t in (acceptance, histogram, breakdown, budgets) if t is not None]
+    batches = tables.batch_table(run)  # a batch sweep's sub-runs (batch 1 is the rest of the section)
+    section.tables += [t for t in (acceptance, histogram, breakdown, budgets, batches) if t is not None]
 
     skipped: dict[str, list[str]] = {}  # reason -> chart names
 
@@ -78,6 +79,9 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
         charts.tau_by_budget(manifest["budgets"], colours) if manifest.get("budgets") else None, no_budgets)
     add("predicted_vs_measured", "Predicted vs measured speedup (filled: calibration τ; open: run τ)",
         None if budgets is None else charts.predicted_vs_measured(budgets.data, colours), no_budgets)
+    if batches is not None:
+        add("batch_scaling", "Throughput and speedup by batch size",
+            charts.batch_scaling(batches.data, colours), "a single batch size")
     section.notes += [f"chart{'s' if len(names) > 1 else ''} {', '.join(names)} skipped: {why}"
                       for why, names in skipped.items()]
     return section

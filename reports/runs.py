@@ -104,6 +104,12 @@ def _model_label(run: RunResults) -> str:
     return re.sub(r"\.gguf$", "", name)
 
 
+def run_regime(run: RunResults) -> str:
+    """The run's regime (`--regime`): eager unless its manifest records another."""
+    manifest = run.manifest or {}
+    return str((manifest.get("regime") or {}).get("name") or (manifest.get("config") or {}).get("regime") or "eager")
+
+
 def _device_label(run: RunResults) -> str:
     manifest = run.manifest or {}
     config, env = manifest.get("config") or {}, manifest.get("environment") or {}
@@ -112,13 +118,16 @@ def _device_label(run: RunResults) -> str:
 
 
 def label_runs(runs: list[RunResults], labels: list[str] | None = None) -> None:
-    """Name each run: given labels, else its model; add device and dtype, then the folder, to tell runs apart."""
+    """Name each run: given labels, else its model (and its regime when any run is compiled); add device and
+    dtype, then the folder, to tell runs apart."""
     if labels is not None:
         if len(labels) != len(runs):
             raise SpecbenchError(f"--labels gives {len(labels)} names for {len(runs)} runs")
         chosen = labels
     else:
         chosen = [_model_label(run) for run in runs]
+        if any(run_regime(run) != "eager" for run in runs):  # a compiled run's numbers always say so
+            chosen = [f"{name}, {run_regime(run)}" for name, run in zip(chosen, runs)]
         if len(set(chosen)) < len(chosen) and len({run.sampling for run in runs}) > 1:
             chosen = [f"{name}, {run.sampling_label}" for name, run in zip(chosen, runs)]
         if len(set(chosen)) < len(chosen):

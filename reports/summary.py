@@ -22,6 +22,9 @@ the same batch size; ``throughput_tok_s`` is generated tokens over the measured 
 ``ms_per_token_p50`` / ``p95`` per-sequence latency over (question, turn) pairs. At batch 1 a row is what it
 always was, with ``batch_size`` 1 and ``throughput_tok_s`` = ``tokens_per_s``. (``speedup`` at B > 1 is the
 ratio of per-sequence time per token, each sequence sharing the device with the others in its batch.)
+``regime`` says how the target verified (`--regime`: eager, or compiled: static cache and compiled tree
+steps; records from before regimes existed are eager). A run has one regime; two runs side by side in a
+report compare them.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ COLUMNS = [
     "speedup_ci_low", "speedup_ci_high", "equal_to_vanilla", "prefill_ms", "draft_share", "transform_share",
     "verify_share", "accept_share", "other_share", "speedup_mean_throughput",
     "turns", "equal_turns", "near_tie_turns", "mismatch_turns", "unattributed_turns", "max_over_bound",
-    "batch_size", "throughput_tok_s", "ms_per_token_p50", "ms_per_token_p95", "throughput_speedup",
+    "batch_size", "throughput_tok_s", "ms_per_token_p50", "ms_per_token_p95", "throughput_speedup", "regime",
 ]
 OUTCOME_COLUMNS = {EQUAL: "equal_turns", NEAR_TIE: "near_tie_turns", MISMATCH: "mismatch_turns",
                    UNATTRIBUTED: "unattributed_turns"}
@@ -97,6 +100,7 @@ def question_table(runs: dict[str, list[Answer]]) -> pd.DataFrame:
                     "wall_s": sum(record.wall_time),
                     "accept_lengths": record.accept_lengths,
                     "batch_size": int(record.extra.get("batch_size", 1)),  # records before batches: 1
+                    "regime": str(record.extra.get("regime", "eager")),  # records before regimes: eager
                     "ms_per_token": [wall * 1000.0 / tokens for wall, tokens in zip(record.wall_time, record.new_tokens)
                                      if tokens],
                     "batch_passes": record.extra.get("batch_passes") or [],
@@ -142,6 +146,7 @@ def _summary_row(drafter: str, category: str, rows: pd.DataFrame, base: pd.DataF
         "other_share": other,
         "speedup": np.nan, "speedup_ci_low": np.nan, "speedup_ci_high": np.nan, "speedup_mean_throughput": np.nan,
         **_batch_columns(category, rows, wall),
+        "regime": "/".join(dict.fromkeys(rows["regime"])),  # eager or compiled (`--regime`)
     }
     if base is not None:
         paired = rows.merge(base, on="question_id", suffixes=("", "_base"))

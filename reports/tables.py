@@ -19,8 +19,8 @@ import pandas as pd
 
 from specbench import metrics
 from specbench.reports.runs import RunResults
-from specbench.reports.summary import OVERALL, question_table, summarize
-from specbench.results import BASELINE, Answer, drafter_order
+from specbench.reports.summary import OVERALL, question_table, summarize, summarize_run
+from specbench.results import BASELINE, Answer, batch_folders, drafter_order
 
 SHOWN_DEPTHS = 4  # acceptance columns in the displayed category table (the CSV has every depth)
 STAGE_ORDER = ("verify", "draft", "transform", "accept", "other")
@@ -385,3 +385,27 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
                  "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")
     return Table("budgets", "Tree budgets: chosen, predicted and measured", data, display, note)
+
+
+def batch_table(run: RunResults) -> Table | None:
+    """A batch sweep (`--batch-size 1,2,4`): per drafter and batch size, overall throughput (tokens over the
+    wall time that produced them), its ratio to vanilla's at the same batch size, per-sequence latency (ms per
+    token, p50 / p95), τ and equality with vanilla at that size. None for a run without sub-runs batch-B/."""
+    if not batch_folders(run.path):
+        return None
+    summary = summarize_run(run.path)
+    data = summary[summary["category"] == OVERALL][
+        ["drafter", "batch_size", "throughput_tok_s", "throughput_speedup", "ms_per_token_p50", "ms_per_token_p95",
+         "tau", "equal_to_vanilla", "n_questions"]].reset_index(drop=True)
+    display = pd.DataFrame({
+        "Drafter": data["drafter"], "Batch": data["batch_size"].astype(int),
+        "Tokens/s": [fmt(v, 1) for v in data["throughput_tok_s"]],
+        "× vanilla (same batch)": [fmt(v) for v in data["throughput_speedup"]],
+        "ms/token p50": [fmt(v, 1) for v in data["ms_per_token_p50"]],
+        "ms/token p95": [fmt(v, 1) for v in data["ms_per_token_p95"]],
+        "τ": [fmt(v) for v in data["tau"]], "Equal to vanilla": [pct(v) for v in data["equal_to_vanilla"]],
+    })
+    note = ("Throughput at batch B > 1: the generated tokens of every batch pass over the passes' measured wall "
+            "time (rows refilled as sequences end); × vanilla divides by vanilla's throughput at the same batch "
+            "size. Equal to vanilla compares each sequence's ids with vanilla's at that batch size.")
+    return Table("batch_sizes", "Throughput and speedup by batch size", data, display, note)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 
@@ -90,6 +90,10 @@ class Drafter:
     #: read something only batch row 0 has (eagle3 reads the target's layer taps) says 1, and `run` refuses
     #: a larger batch before the model loads
     max_batch_size: ClassVar[int | None] = None
+    #: whether the compiled regime (`--regime compiled`) may compile this drafter's per-step forwards through
+    #: `compile_parts`. False, the default, leaves a plug-in exactly as it is: it runs eagerly beside the
+    #: compiled target, and the manifest says so
+    capturable: ClassVar[bool] = False
 
     def __init__(self, **options: Any) -> None:
         if options:
@@ -102,6 +106,13 @@ class Drafter:
     def propose(self, ctx: DraftContext) -> DraftTree:
         """Return a draft tree rooted at ``ctx.root`` with at most ``ctx.budget`` nodes."""
         return DraftTree.root_only(ctx.root)
+
+    def propose_rows(self, rows: "Sequence[tuple[Drafter, DraftContext]]") -> list[DraftTree]:
+        """Every live row's tree for this step (`--batch-size` > 1; batch 1 passes one row): ``rows`` pairs each
+        row's drafter (this one or a `row_copy` of it) with its context. The default proposes row by row, so
+        every drafter batches unchanged; one whose module can score the rows together overrides it (one
+        forward for the batch instead of one per row) and must give the trees ``propose`` gives."""
+        return [drafter.propose(ctx) for drafter, ctx in rows]
 
     def accept(self, outcome: VerifyOutcome) -> None:
         """Learn what the verifier accepted (``outcome.path``, ``outcome.bonus``, ``outcome.hidden``)."""
@@ -119,6 +130,12 @@ class Drafter:
         """Why this drafter cannot run on ``target`` (None: it can), e.g. no trained weights for it.
         ``--drafters all`` leaves such a drafter out with this reason; one named explicitly stops the run."""
         return None
+
+    def compile_parts(self, compile: Callable[[Callable], Callable]) -> list[str]:
+        """Replace the forwards this drafter runs every step by ``compile(forward)`` and return their names
+        (the manifest records them). Called once per loaded set of weights, after ``reset``, in the compiled
+        regime, only when ``capturable``; ``compile`` is the target's (torch.compile with its mode)."""
+        return []
 
     def identity(self) -> str:
         """What the proposals depend on beyond the class and its options, e.g. a checkpoint's hash (called

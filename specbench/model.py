@@ -297,6 +297,8 @@ class TargetModel:
         self.min_capacity = static_cache.MIN_CAPACITY
         self._static: static_cache.TreeStaticCache | None = None
         self._steps: dict[int, object] = {}  # bucket -> the (compiled) static tree step
+        self._batch_caches: dict[int, batch_cache.BatchTreeCache] = {}  # compiled regime: batch size -> its cache
+        self._batch_steps: dict[tuple[int, int], object] = {}  # (batch size, bucket) -> the (compiled) batch step
 
     @property
     def name(self) -> str:
@@ -312,6 +314,7 @@ class TargetModel:
         if min_capacity is not None:
             self.min_capacity = min_capacity
         self._static, self._steps = None, {}
+        self._batch_caches, self._batch_steps = {}, {}
         if self.compile:
             import torch._dynamo
 
@@ -326,6 +329,29 @@ class TargetModel:
                        "buckets": list(static_cache.BUCKETS), "min_capacity": self.min_capacity,
                        "cache": "specbench.static_cache.TreeStaticCache (transformers StaticCache)"}
         return record
+
+    def prepare_drafter(self, drafter) -> list[str] | None:
+        """After ``drafter.reset``: in the compiled regime, compile a capturable drafter's per-step forwards
+        (`Drafter.compile_parts`) once for its loaded weights. Their names, or None where it runs eagerly."""
+        if not self.compile or not getattr(drafter, "capturable", False):
+            return None
+        if getattr(drafter, "compiled_parts", None) is None:  # a drafter clears it when it loads new weights
+            drafter.compiled_parts = list(drafter.compile_parts(self._compiled_part))
+        return drafter.compiled_parts
+
+    def _compiled_part(self, function):
+        """A drafter's forward compiled (shapes may vary: dynamo makes them symbolic after the first change,
+        so a drafter's frontier widths and growing context cost a bounded number of graphs). On a GPU the
+        outputs are copied out of the CUDA graph's buffers, which its next replay overwrites while a drafter
+        still holds them (its draft cache, a path's embeddings)."""
+        compiled = torch.compile(function, dynamic=None, mode=self._compile_mode())
+        if self.device.type != "cuda":
+            return compiled
+
+        def run(*args, **kwargs):
+            return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
+
+        return run
 
     def _compile_mode(self) -> str | None:
         return "reduce-overhead" if self.device.type == "cuda" else None
@@ -405,8 +431,17 @@ class TargetModel:
 
     # ---- batches: B sequences in one `specbench.batch_cache.BatchTreeCache` ------------------------------
     def new_batch_cache(self, rows: int, capacity: int) -> batch_cache.BatchTreeCache:
-        """A batch cache of ``rows`` sequences of up to ``capacity`` positions each (tree tail included)."""
-        return batch_cache.BatchTreeCache(self.config, rows, capacity, self.device, self.dtype)
+        """A batch cache of ``rows`` sequences of up to ``capacity`` positions each (tree tail included). In the
+        compiled regime one cache per batch size, at least ``min_capacity`` long, reused while it is long
+        enough: the compiled steps see the same shapes (and, on a GPU, the same tensors) every batch pass."""
+        if self.regime == "eager":
+            return batch_cache.BatchTreeCache(self.config, rows, capacity, self.device, self.dtype)
+        cache = self._batch_caches.get(rows)
+        if cache is None or cache.capacity < capacity:
+            cache = batch_cache.BatchTreeCache(self.config, rows, max(capacity, self.min_capacity), self.device,
+                                               self.dtype)
+            self._batch_caches[rows] = cache
+        return cache
 
     @torch.inference_mode()
     def prefill_row(self, input_ids: torch.Tensor, cache: batch_cache.BatchTreeCache, row: int):
@@ -432,11 +467,21 @@ class TargetModel:
         bucket = static_cache.bucket_of(max(sizes))
         packed = torch.stack([static_cache.pad_tree(tree if tree is not None else DraftTree.root_only(0), bucket)
                               for tree in trees]).to(self.device)  # [B, T, 4 + T]
-        tokens, _, depths = packed[:, :, 0], packed[:, :, 1], packed[:, :, 2]  # [B, T] each
+        if int(cache.lengths.max()) + bucket > cache.capacity:
+            raise ValueError(f"batch cache of {cache.capacity} positions cannot hold a {bucket}-node tree step")
+        cache.slots = cache.lengths[:, None] + torch.arange(bucket, device=self.device)[None, :]  # [B, T] write slots
+        key = (len(trees), bucket)
+        if key not in self._batch_steps:  # compiled regime: one graph per (batch size, bucket); eager: the function
+            self._batch_steps[key] = self._compiled(self._batch_step) if self.regime == "compiled" else self._batch_step
+        return self._batch_steps[key](packed, cache)
+
+    def _batch_step(self, packed: torch.Tensor, cache: batch_cache.BatchTreeCache):
+        """`forward_trees`' device part (what the compiled regime compiles): masks and positions from the packed
+        trees [B, T, 4 + T] and the rows' lengths, the forward into the scratch tails, logits."""
+        tokens, depths = packed[:, :, 0], packed[:, :, 2]  # [B, T] each
+        bucket = tokens.shape[1]
         ancestors = packed[:, :, static_cache.PACKED_FIELDS:].bool()  # [B, T, T]
         past, columns = cache.lengths, cache.columns  # [B], [S]
-        if int(past.max()) + bucket > cache.capacity:
-            raise ValueError(f"batch cache of {cache.capacity} positions cannot hold a {bucket}-node tree step")
         offset = columns[None, :] - past[:, None]  # [B, S]: the tree slot a column holds, when in [0, T)
         in_tree = (offset >= 0) & (offset < bucket)
         slot = offset.clamp(0, bucket - 1)  # [B, S]
@@ -448,7 +493,6 @@ class TargetModel:
         if self.sliding_window is not None:
             windowed = visible & (positions[:, :, None] - key_positions[:, None, :] < self.sliding_window)
             mask = {"full_attention": mask, "sliding_attention": self._additive_on_device(windowed)[0].transpose(0, 1)}
-        cache.slots = positions - depths + torch.arange(bucket, device=self.device)[None, :]  # [B, T]
         out = self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
         hidden = out.last_hidden_state  # [B, T, H]
         return self.lm_head(hidden), hidden

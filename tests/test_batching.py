@@ -6,6 +6,7 @@ is caught; drafter row copies share weights but not per-sequence state."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import zlib
 
@@ -149,6 +150,42 @@ def test_builtin_drafter_row_copies_keep_their_own_state(tiny_target):
     refs = references(tiny_target, jobs)
     outputs = run_batch(tiny_target, create_drafter("ngram"), jobs, 2)
     assert mismatches(outputs, jobs, refs) == []
+
+
+def test_medusa_batched_propose_gives_the_row_by_row_trees(tiny_target, drafter_for):
+    """medusa's `propose_rows` (its heads once for every row) proposes the trees each row's own `propose`
+    gives, and a batch of medusa rows still equals greedy decoding; a planted wrong row slice is caught."""
+    from specbench import kv
+
+    drafter = drafter_for("medusa", tiny_target)
+
+    def contexts(rows):
+        out = []
+        for prompt, row in zip(PROMPTS[:3], rows):
+            row.reset(tiny_target.handle)
+            logits, hidden = tiny_target.prefill(torch.tensor(prompt), kv.new_cache())  # [V], [L, H]
+            root = int(logits.argmax())
+            out.append((row, DraftContext(tokens=torch.tensor(prompt + [root]), root=root, hidden=hidden,
+                                          target=tiny_target.handle, budget=8, span=lambda _: contextlib.nullcontext())))
+        return out
+
+    def shape(tree):
+        return tree.tokens.tolist(), tree.parents.tolist()
+
+    rows = [drafter] + [row_copy(drafter) for _ in range(2)]
+    batched = [shape(t) for t in drafter.propose_rows(contexts(rows))]
+    alone = [shape(row.propose(ctx)) for row, ctx in contexts(rows)]
+    assert batched == alone and len({str(t) for t in batched}) == 3  # three different rows, each its own tree
+    jobs = jobs_of()
+    refs = references(tiny_target, jobs)
+    assert mismatches(run_batch(tiny_target, drafter, jobs, 3), jobs, refs) == []
+
+    real_forward = drafter.module.forward  # the planted bug: the heads read the rows rolled by one
+    drafter.module.forward = lambda h, *rest: real_forward(h.roll(1, dims=0) if h.dim() == 2 else h, *rest)
+    try:
+        assert [shape(t) for t in drafter.propose_rows(contexts(rows))] != alone
+    finally:
+        drafter.module.forward = real_forward
 
 
 # ---- the real default model ------------------------------------------------------------------------------

@@ -103,6 +103,27 @@ def test_sweep_ids_equal_batch_1_and_summary_has_a_block_per_size(tiny_setup, tm
     assert csv_rows[0].split(",") == COLUMNS and len(csv_rows) == 1 + len(summary)
 
 
+def test_the_report_shows_the_sweep(tiny_setup, tmp_path):
+    """`specbench report` of a sweep: the batch-size table (one row per drafter and size, throughput over
+    vanilla's at the same size) and the batch_scaling chart; every answer records its regime."""
+    from specbench.reports.report import build_report
+    from specbench.reports.runs import load_runs
+    from specbench.reports.summary import summarize_run
+    from specbench.results import load_run
+
+    target, bench = tiny_setup
+    out = tmp_path / "run"
+    run_sweep(target, bench, out)
+    assert {r.extra["regime"] for records in load_run(out / "batch-2").values() for r in records} == {"eager"}
+    (section,) = build_report(load_runs([out])).sections[1:]
+    table = next(t for t in section.tables if t.name == "batch_sizes")
+    assert list(zip(table.data["drafter"], table.data["batch_size"])) == [
+        ("vanilla", 1), ("ngram", 1), ("vanilla", 2), ("ngram", 2)]
+    overall = summarize_run(out).query("category == 'overall'")
+    assert list(table.data["throughput_speedup"]) == pytest.approx(list(overall["throughput_speedup"]))
+    assert any(chart.name == "batch_scaling" for chart in section.charts)
+
+
 def test_resume_skips_finished_work_at_each_batch_size(tiny_setup, tmp_path):
     from specbench.results import load_run
 

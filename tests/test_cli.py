@@ -56,6 +56,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "eagle3", "--ttt-steps", "0"], ["--ttt-steps must be at least 1"]),
         (["train", "eagle3", "--train-vocab", "50"], ["--train-vocab does not apply to eagle3"]),
         (["train", "eagle", "--ttt-steps", "3"], ["--ttt-steps is an eagle3 option, not eagle's"]),
+        (["train", "eagle3", "--noise", "0.2"], ["--noise is an eagle option, not eagle3's"]),
+        (["train", "eagle3", "--unroll", "3"], ["--unroll is an eagle option, not eagle3's"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
         (["run", "--drafters", "ctc", "--drafter-option", "ctc.top_k=0"], ["drafter 'ctc'", "top_k >= 1"]),
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),

@@ -159,7 +159,8 @@ def eager_twin():
     return make_target(build_tiny_model("llama"))
 
 
-COMPILED_CASES = [("vanilla", 1), ("ngram", 3), ("ngram", 16), ("medusa", 3)]
+# every capturable built-in once (its parts compiled), plus vanilla and a training-free drafter
+COMPILED_CASES = [("vanilla", 1), ("ngram", 3), ("ngram", 16), ("medusa", 3), ("hydra", 3), ("ctc", 3), ("eagle", 3)]
 
 
 @pytest.mark.parametrize("name,budget", COMPILED_CASES, ids=[f"{n}@{b}" for n, b in COMPILED_CASES])
@@ -174,6 +175,42 @@ def test_compiled_ids_equal_greedy_and_eager(compiled_target, eager_twin, drafte
         assert compiled.accept_lengths == eager.accept_lengths
 
 
+def test_capturable_drafters_run_their_parts_compiled(compiled_target, drafter_for):
+    """The manifest's per-drafter record: what each built-in compiled, and a plug-in (not capturable by
+    default) left eager, exactly as written."""
+    from specbench.harness.runner import drafters_regime
+
+    class PlugIn(Drafter):
+        pass
+
+    drafters = {name: drafter_for(name, compiled_target) for name in ("medusa", "hydra", "ctc", "eagle", "ngram", "sps")}
+    drafters["plug-in"] = PlugIn()
+    for drafter in drafters.values():
+        drafter.reset(compiled_target.handle)
+    record = drafters_regime(compiled_target, drafters)["drafters"]
+    assert record["medusa"]["compiled"] == ["heads"]
+    assert record["hydra"]["compiled"][0] == "head 1"
+    assert record["ctc"]["compiled"] == ["context features", "context keys/values", "slot layer"]
+    assert record["eagle"]["compiled"] == ["fc", "layer keys/values", "layer attention"]
+    for name in ("ngram", "sps", "plug-in"):
+        assert record[name]["compiled"] == [] and record[name]["eager"].startswith("not capturable")
+    assert drafters_regime(make_target(build_tiny_model("llama")), drafters) == {}  # eager: nothing recorded
+
+
+def test_compiled_drafter_parts_stay_bounded(compiled_target, drafter_for):
+    """eagle's compiled parts see frontiers of several widths and a draft context that grows every step:
+    once its shapes have turned symbolic, further sequences compile nothing."""
+    from torch._dynamo.utils import counters
+
+    drafter = drafter_for("eagle", compiled_target)
+    for prompt in PROMPTS[:3]:
+        generate(compiled_target, drafter, prompt, 16, 8)
+    before = counters["stats"]["unique_graphs"]
+    for prompt in PROMPTS[3:]:
+        generate(compiled_target, drafter, prompt, 20, 8)
+    assert counters["stats"]["unique_graphs"] == before
+
+
 def test_recompiles_stay_bounded(compiled_target, drafter_for):
     """Once a bucket's graph exists, further sequences (other prompts, lengths, trees) compile nothing."""
     from torch._dynamo.utils import counters
@@ -186,6 +223,20 @@ def test_recompiles_stay_bounded(compiled_target, drafter_for):
         generate(compiled_target, drafter, prompt, 20, 3)
     assert counters["stats"]["unique_graphs"] == before
     assert set(compiled_target._steps) <= {1, 2, 4, 8, 16}  # at most one graph per bucket up to 16 nodes
+
+
+def test_compiled_batches_equal_batch_1(compiled_target, drafter_for):
+    """Batch size 2 in the compiled regime (one graph per (batch size, bucket), one reused batch cache): every
+    sequence's ids equal its own plain greedy decoding, with rows refilled as sequences end."""
+    from specbench.harness.loop import Job, generate_batch
+
+    drafter = drafter_for("medusa", compiled_target)
+    jobs = [Job(list(prompt), 16, key=i) for i, prompt in enumerate(PROMPTS[:3])]
+    for _ in range(2):  # a second pass reuses the cache and the graphs
+        results = dict((job.key, result) for job, result in generate_batch(compiled_target, drafter, jobs, 3, 2))
+        for i, prompt in enumerate(PROMPTS[:3]):
+            assert results[i].output_ids == plain_greedy(compiled_target.model, prompt, 16, compiled_target.eos_ids)
+    assert set(compiled_target._batch_steps) <= {(2, 1), (2, 2), (2, 4)} and len(compiled_target._batch_caches) == 1
 
 
 def test_bad_regime_is_one_line_and_exit_2(capsys):

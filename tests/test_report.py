@@ -27,6 +27,7 @@ from specbench.reports import charts
 from specbench.reports.render import tex_escape
 from specbench.reports.report import build_report, write_report
 from specbench.reports.runs import load_runs
+from specbench.reports.summary import summarize
 from specbench.reports.tables import category_summary, category_table
 from specbench.results import SUMMARY
 
@@ -701,3 +702,27 @@ def test_lossy_drafters_are_marked_in_every_table(tmp_path):
     table = pd.read_csv(out / "csv" / "by_category.csv")
     assert set(table["drafter"]) == {"vanilla", "ngram (typical, lossy)"}  # vanilla proposes nothing: exact
     assert not pd.read_csv(out / SUMMARY).set_index("drafter").loc["ngram", "lossless"].any()
+
+
+def test_eager_and_compiled_runs_side_by_side(tmp_path):
+    """Two runs of one model, eager and compiled: every label, the context table and summary.csv say which
+    regime each number belongs to; the compiled manifest's per-drafter record is shown."""
+    eager, compiled = write_mt_run(tmp_path / "eager"), write_mt_run(tmp_path / "compiled")
+    manifest = json.loads((compiled / "manifest.json").read_text())
+    manifest["regime"] = {"name": "compiled", "mode": "default", "buckets": [1, 2, 4],
+                          "drafters": {"vanilla": {"compiled": []}, "medusa": {"compiled": ["heads"]},
+                                       "ngram": {"compiled": [], "eager": "not capturable"}}}
+    (compiled / "manifest.json").write_text(json.dumps(manifest))
+    for path in (compiled / "answers").glob("*.jsonl"):
+        lines = [json.loads(line) | {"regime": "compiled"} for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    runs = load_runs([eager, compiled])
+    assert [run.label for run in runs] == ["tiny-llama, eager", "tiny-llama, compiled"]
+    report = build_report(runs)
+    assert report.title == "specbench report: tiny-llama, eager, tiny-llama, compiled"
+    context = report.sections[0].tables[0].data.set_index("Field")
+    assert context.loc["Regime", "tiny-llama, eager"] == "eager"
+    assert context.loc["Regime", "tiny-llama, compiled"] == ("compiled (default; static cache, buckets [1, 2, 4]); "
+                                                              "drafters medusa: heads; ngram: eager")
+    assert set(summarize({d: r for d, r in runs[1].answers.items()})["regime"]) == {"compiled"}
+    assert set(summarize({d: r for d, r in runs[0].answers.items()})["regime"]) == {"eager"}

@@ -94,11 +94,11 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-slot-blocks", action="store_true", help="ctc: no per-slot output block (ablation)")
     parser.add_argument("--samples-per-step", type=int, default=4, help="ctc, eagle: sequences per optimiser step")
     parser.add_argument("--max-train-samples", type=int, default=None, help="ctc, eagle: use the first N training samples")
-    parser.add_argument("--noise", type=float, default=0.1,
-                       help="eagle: uniform noise U(-x, x) on the input features in training (EAGLE's 0.1)")
-    parser.add_argument("--unroll", type=int, default=1,
+    parser.add_argument("--noise", type=float, default=None,
+                       help="eagle: uniform noise U(-x, x) on the input features in training (default 0.1, EAGLE's)")
+    parser.add_argument("--unroll", type=int, default=None,
                        help="eagle: chain levels trained per position, own predicted features fed back (EAGLE-3's "
-                            "training-time test; costs about this many times more)")
+                            "training-time test; costs about this many times more; default 1)")
     parser.add_argument("--ttt-steps", type=int, default=None,
                        help="eagle3: training-time test steps, the draft layer unrolled on its own outputs (default 7, "
                             "as EAGLE-3's released trainer)")
@@ -264,7 +264,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     # an unknown method, another method's option, a bad value: one line each, before a model loads
     refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
-                          own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, draft_vocab=args.draft_vocab)
+                          own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, draft_vocab=args.draft_vocab,
+                          noise=args.noise, unroll=args.unroll)
     check_out_file(args.out_checkpoint, "--out-checkpoint", "checkpoint stem")
     config = _train_config(args, cache=args.cache or "", out=args.out_checkpoint or "")
     config.validate()
@@ -307,7 +308,8 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
     if cls is Eagle3TrainConfig:
         own = {name: getattr(args, name) for name in ("ttt_steps", "draft_vocab") if getattr(args, name) is not None}
         return cls(**shared, **samples, **own)
-    return cls(**shared, **samples, noise=args.noise, unroll=args.unroll)
+    own = {name: getattr(args, name) for name in ("noise", "unroll") if getattr(args, name) is not None}
+    return cls(**shared, **samples, **own)
 
 
 def _train_heads(config: HeadTrainConfig, args: argparse.Namespace) -> tuple[str, float]:
