@@ -53,10 +53,10 @@ class CheckpointDrafter(Drafter):
     (default `DEFAULT_DRAFT_VOCAB` when the checkpoint stores a ranking; 0: all of them). A module with an
     output projection per head (``module.lm_heads``: a published checkpoint's, or trained with
     ``--own-lm-heads`` over the first rows of the checkpoint's ranking) gets ``self.head_vocabs``.
-    ``checkpoint`` may also name a published Medusa or Hydra checkpoint (a directory or its weights file),
-    read by `published.py`. With a cut, ``context_vocab`` (default True) adds the sequence's own tokens that
-    the cut lacks as extra columns (`DraftVocab.follow_context`): subclasses call `follow_context` first
-    thing in ``propose``.
+    ``checkpoint`` may also name a published Medusa, Hydra or EAGLE-1/2 checkpoint (a directory or its weights
+    file), read by `published.py`, or for eagle a speculators "eagle" directory (`speculators_eagle.py`). With
+    a cut, ``context_vocab`` (default True) adds the sequence's own tokens that the cut lacks as extra columns
+    (`DraftVocab.follow_context`): subclasses call `follow_context` first thing in ``propose``.
     """
 
     method = ""
@@ -137,12 +137,18 @@ class CheckpointDrafter(Drafter):
         given = local_or_hub(self.checkpoint, f"{self.method}.checkpoint") if self.checkpoint else None  # a Hub id too
         if given is not None and Path(given).is_dir():
             from specbench.drafters.speculators import layout_of
+            from specbench.drafters.speculators_eagle import read_eagle_directory, speculators_type
 
             layout = layout_of(Path(given))
-            if layout is not None:  # EAGLE-3 directories are eagle3's (drafters/speculators.py)
-                raise SpecbenchError(f"{given} is {'a speculators' if layout == 'speculators' else 'an EAGLE-3'} directory, "
-                                     f"which {self.method} does not read; load an EAGLE-3 one with "
-                                     f"--drafter-option eagle3.checkpoint={given}")
+            # speculators "eagle" directories are eagle's (speculators_eagle.py), EAGLE-3 ones eagle3's (speculators.py)
+            kind = speculators_type(Path(given)) if layout == "speculators" else "eagle3"
+            if layout is not None and kind == self.method == "eagle":
+                return read_eagle_directory(Path(given), target)
+            if layout is not None:
+                what = f"a speculators {kind!r}" if layout == "speculators" else "an EAGLE-3 (the authors' layout)"
+                hint = (f"load it with --drafter-option {kind}.checkpoint={given}" if kind in ("eagle", "eagle3") else
+                        "specbench reads speculators types 'eagle' (eagle.checkpoint=) and 'eagle3' (eagle3.checkpoint=)")
+                raise SpecbenchError(f"{given} is {what} directory, which {self.method} does not read; {hint}")
         if given is not None and published_method(given):
             published = load_published(given, self.method, target.config, target.lm_head.weight.shape[0])
             return published.state, published.recipe(), published.weights

@@ -88,10 +88,10 @@ class EagleModule(nn.Module):
 
 
 class EagleDrafter(CheckpointDrafter):
-    """EAGLE-style drafter; options: ``checkpoint`` (path stem, or SafeAILab's EAGLE-1/2 weights: their
-    directory with ``config.json``), ``draft_vocab``, ``context_vocab``, ``top_k`` (children per
-    expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5; the tree is
-    at most depth + 1 deep)."""
+    """EAGLE-style drafter; options: ``checkpoint`` (path stem, SafeAILab's EAGLE-1/2 weights: their
+    directory with ``config.json``, or a speculators "eagle" directory: `speculators_eagle.py`),
+    ``draft_vocab``, ``context_vocab``, ``top_k`` (children per expanded node and frontier width, default 8)
+    and ``depth`` (expansions per step, default 5; the tree is at most depth + 1 deep)."""
 
     method = "eagle"
     capturable = True

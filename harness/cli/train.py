@@ -115,7 +115,8 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint stem (PATH for PATH.safetensors + PATH.json), 'medusa' "
-                         "or 'hydra' for the shipped one of --model, or an EAGLE-3 directory (speculators or the authors')")
+                         "or 'hydra' for the shipped one of --model, an EAGLE-3 directory (speculators or the authors') "
+                         "or a speculators eagle directory")
     parser.add_argument("--model", default="default", help="the target the checkpoint was trained for (its lm_head "
                          "becomes each head's output projection)")
     parser.add_argument("--out", required=True, help="directory for the published files (weights + config.json)")
@@ -123,7 +124,7 @@ def convert_arguments(parser: argparse.ArgumentParser) -> None:
                          help="medusa: the 'version 2' layout, heads without their own lm_head")
     parser.add_argument("--to", choices=["authors", "speculators"], default="authors",
                         help="the layout written: 'authors' (the method's released layout: medusa, hydra, eagle3) or "
-                             "'speculators' (vllm-project/speculators' config.json + model.safetensors: eagle3)")
+                             "'speculators' (vllm-project/speculators' config.json + model.safetensors: eagle3, eagle)")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -133,8 +134,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     check_out_dir(args.out)
     method, stem = _checkpoint_method(args.checkpoint)
-    if args.to == "speculators" and method != "eagle3":
-        raise SpecbenchError(f"--to speculators writes eagle3 checkpoints; {args.checkpoint} is a {method} checkpoint")
+    if args.to == "speculators" and method not in ("eagle3", "eagle"):
+        raise SpecbenchError(f"--to speculators writes eagle3 and eagle checkpoints; {args.checkpoint} is a {method} checkpoint")
+    if method == "eagle" and args.to != "speculators":
+        raise SpecbenchError(f"{args.checkpoint} is an eagle checkpoint: write it --to speculators (specbench does not "
+                             f"write SafeAILab's EAGLE-1/2 layout)")
     target = load_target(args.model)
     drafter = create_drafter(method, **({"checkpoint": stem} if stem else {}))
     drafter.reset(target.handle)
@@ -144,6 +148,16 @@ def cmd_convert(args: argparse.Namespace) -> int:
         for path in write_eagle3(drafter.module, drafter.recipe["hyperparameters"], target.handle, Path(args.out),
                                  args.to, target.name):
             print(path)
+        return 0
+    if method == "eagle":
+        from specbench.drafters.speculators_eagle import write_eagle
+
+        for path in write_eagle(drafter.module, target.handle, Path(args.out), target.name):
+            print(path)
+        if drafter.vocab.ids is not None:
+            print(f"note: the speculators format has no draft vocabulary: read back, the drafter scores all "
+                  f"{drafter.vocab.full_size} tokens, not this checkpoint's {len(drafter.vocab.ids)} most frequent "
+                  f"(the original drafts the same trees with --drafter-option eagle.draft_vocab=0)")
         return 0
     row_ids = drafter.head_vocabs[0].ids if drafter.head_vocabs else None  # own projections over a draft vocabulary
     files, notes = write_published(method, drafter.module, target.lm_head.weight, Path(args.out), target.name,
@@ -164,9 +178,12 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
     from specbench.drafters.speculators import layout_of
 
     if Path(spec).is_dir():  # a speculators or authors' EAGLE-3 directory, rewritten in the other layout
-        if layout_of(Path(spec)) is None:
+        from specbench.drafters.speculators_eagle import speculators_type
+
+        layout = layout_of(Path(spec))
+        if layout is None:
             raise SpecbenchError(f"{spec} is neither a speculators directory nor the authors' EAGLE-3 layout")
-        return "eagle3", spec
+        return ("eagle" if layout == "speculators" and speculators_type(Path(spec)) == "eagle" else "eagle3"), spec
 
     recipe_path = checkpoint_files(Path(spec))[1]
     if not recipe_path.is_file():
@@ -175,8 +192,9 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
         method = json.loads(recipe_path.read_text(encoding="utf-8")).get("method")
     except json.JSONDecodeError as error:
         raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
-    if method not in ("medusa", "hydra", "eagle3"):
-        raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa, hydra and eagle3 have a published layout")
+    if method not in ("medusa", "hydra", "eagle3", "eagle"):
+        raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa, hydra, eagle3 and eagle have a "
+                             f"published layout")
     return method, spec
 
 
