@@ -30,6 +30,8 @@ post_attention_layernorm}.weight``, ``layers.0.self_attn.{q,k,v,o}_proj.weight``
 specbench does not implement speculators' ``norm_before_fc``, ``fc_norm`` or ``norm_output`` variants, nor
 more than one draft layer: such directories are refused with one line, as is any directory whose shapes,
 vocabulary or verifier architecture do not fit the target.
+
+speculators' ``"eagle"`` type (EAGLE-1/2 and HASS) is read and written by `speculators_eagle.py`, for eagle.
 """
 
 from __future__ import annotations
