@@ -20,6 +20,12 @@ layer whose ``input_layernorm`` is the identity (no weight). The embedding and l
 and are not stored. The forward is ``lm_head(layer(fusion_fc([E(x_{t+1}); f_t])))``: `EagleModule`'s
 (embedding first, then the feature).
 
+**RoPE.** The layer rotates as ``transformer_layer_config`` says (as an engine that builds the layer from that
+config does). speculators' ``EagleSpeculator`` itself takes the verifier's rotary embedding; the two agree for
+what speculators trains (its layer config is the verifier's) and for converted releases whose draft config
+copies the target's. specbench's own trained layers rotate with base 10,000 whatever the target's: the
+export records that, and ``convert`` prints `rope_note` when it differs from the target's.
+
 Not implemented, refused with one line: ``layernorms: true`` (HASS as speculators trains it: an RMSNorm on
 the embeddings before the fusion, the decoder layer's own input norm, and an RMSNorm before the lm_head),
 decoder layers other than LLaMA's (``transformer_layer_architecture`` or the layer config's ``model_type``),
@@ -156,6 +162,20 @@ def read_eagle_directory(directory: Path, target: TargetHandle) -> tuple[dict, d
               "imported": {"layout": "speculators-eagle", "path": str(weights),
                            "base_model": block["verifier"].get("name_or_path")}}
     return mapped, recipe, weights
+
+
+def rope_note(module: torch.nn.Module, target: TargetHandle) -> str | None:
+    """A note when the draft layer rotates unlike the target (specbench trains its layer with RoPE base 10,000
+    whatever the target's): speculators' ``EagleSpeculator`` rotates with the verifier's rotary embedding, not
+    with ``transformer_layer_config``'s, so it would not compute the drafts specbench does."""
+    from specbench.drafters.published import rope_base
+
+    mine, theirs = module.layer.rope_base, rope_base(target.config, Path("target config"))
+    if mine == theirs:
+        return None
+    return (f"the draft layer's RoPE ({mine}) is not the target's ({theirs}); config.json records the layer's, which an "
+            f"engine building the layer from transformer_layer_config uses, but speculators' own EagleSpeculator "
+            f"rotates with the verifier's rotary embedding and would draft differently (verification stays exact)")
 
 
 def write_eagle(module: torch.nn.Module, target: TargetHandle, out: Path, base_model: str,

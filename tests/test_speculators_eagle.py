@@ -25,7 +25,7 @@ from conftest import PROMPTS, plain_greedy
 from specbench.checkpoint import save_checkpoint, target_identity
 from specbench.drafter import DraftContext
 from specbench.drafters.eagle import EagleDrafter, EagleModule
-from specbench.drafters.speculators_eagle import write_eagle
+from specbench.drafters.speculators_eagle import rope_note, write_eagle
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
 
@@ -92,6 +92,13 @@ def test_round_trip_drafts_identically_and_stays_exact(llama_target, stem, tmp_p
             assert want[0] == plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
             grown = max([grown] + [len(tokens) for tokens, _ in want[1]])
     assert grown > 3  # real trees were compared, not root-only ones
+
+
+def test_a_layer_rotating_unlike_the_target_gets_a_note(llama_target):
+    """specbench trains its layer with RoPE base 10,000; speculators' EagleSpeculator would rotate with the target's."""
+    assert rope_note(EagleModule(32, 4), llama_target.handle) is None  # the tiny Llama's base is 10,000 too
+    note = rope_note(EagleModule(32, 4, layer_shape={"rope_base": 500000.0}), llama_target.handle)
+    assert "(500000.0) is not the target's (10000.0)" in note and "EagleSpeculator" in note
 
 
 LAYER_KEYS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",

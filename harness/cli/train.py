@@ -150,10 +150,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
             print(path)
         return 0
     if method == "eagle":
-        from specbench.drafters.speculators_eagle import write_eagle
+        from specbench.drafters.speculators_eagle import rope_note, write_eagle
 
         for path in write_eagle(drafter.module, target.handle, Path(args.out), target.name):
             print(path)
+        if note := rope_note(drafter.module, target.handle):
+            print(f"note: {note}")
         if drafter.vocab.ids is not None:
             print(f"note: the speculators format has no draft vocabulary: read back, the drafter scores all "
                   f"{drafter.vocab.full_size} tokens, not this checkpoint's {len(drafter.vocab.ids)} most frequent "
