@@ -11,8 +11,10 @@ KIND ``summary`` (the default) is the table `specbench run` prints at its end (`
 of `summarize(load_run(RUN))`, in a ``text`` fence); ``attribution`` is the markdown table of how each drafter's
 ids compare with vanilla's (turns, equal, near-tie, mismatch, largest margin-or-deficit over the bound), from
 the same summary; ``tau`` is the markdown table of each drafter's tau per category and overall, and how many
-turns' ids equal vanilla's (the deterministic columns of a run: no timing). Paths are relative to the
-repository root. Nobody writes a block by hand:
+turns' ids equal vanilla's (the deterministic columns of a run: no timing); ``depth`` is the markdown table of
+acceptance by depth, as the report's "Acceptance by depth" computes it (`reports.tables.acceptance`): per drafter
+and depth d, P(>=d) with P(d | d-1) in brackets, over the steps that proposed a node at depth d. Paths are
+relative to the repository root. Nobody writes a block by hand:
 
     python -m tests.test_claims --write [FILE ...]   # (re)write every block from its run (default: README.md, docs/*.md)
     python -m tests.test_claims [FILE ...]           # check, printing each difference
@@ -41,7 +43,7 @@ from specbench.results import ANSWERS, BASELINE, SUMMARY, answer_files, load_run
 from tests.test_summary import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("summary", "attribution", "tau")
+KINDS = ("summary", "attribution", "tau", "depth")
 BLOCK = re.compile(r"^(?P<open>(?P<indent>[ \t]*)<!-- claim: (?P<run>\S+)(?: (?P<kind>\w+))? -->\n)(?P<body>.*?)"
                    r"(?P<close>[ \t]*<!-- /claim -->)", re.DOTALL | re.MULTILINE)
 RUN_FOLDERS = ("docs/runs", "docs/gpu-runs")
@@ -86,14 +88,44 @@ def tau_table(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def depth_table(run: Path) -> str:
+    """Markdown: per drafter other than vanilla, P(>=d) (P(d | d-1)) at each depth d it proposed, over the steps
+    that proposed depth d (the report's acceptance table, `reports.tables.acceptance`), and its step count."""
+    from specbench.reports.tables import acceptance, max_depth, step_table
+
+    steps = step_table(load_run(run))
+    steps = steps[steps["drafter"] != BASELINE]
+    deepest = max_depth(steps)
+    lines = ["| drafter | steps | " + " | ".join(f"d = {d}" for d in range(1, deepest + 1)) + " |",
+             "| --- | ---: | " + " | ".join("---:" for _ in range(deepest)) + " |"]
+
+    def cell(d: int, reached: float, given: float, proposing: int, total: int) -> str:
+        if proposing == 0:
+            return "-"
+        given_text = "" if d == 1 else " (-)" if given != given else f" ({100 * given:.0f}%)"  # NaN: none reached d-1
+        return f"{100 * reached:.0f}%{given_text}" + ("" if proposing == total else f" of {proposing:,}")
+
+    for drafter, mine in steps.groupby("drafter", sort=False):
+        unconditional, conditional = acceptance(mine, deepest)
+        total = len(mine)
+        proposing = [int((mine["depth"] >= d).sum()) if not mine["depth"].isna().any() else total
+                     for d in range(1, deepest + 1)]
+        cells = [cell(d, unconditional[d - 1], conditional[d - 1], proposing[d - 1], total) for d in range(1, deepest + 1)]
+        lines.append(f"| {drafter} | {total:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render(run: Path, kind: str, indent: str = "") -> str:
     """A claim block's body (without the markers), recomputed from ``run``'s answers; each line indented
     as the opening marker is (a block inside a list item)."""
     if kind not in KINDS:
         raise SpecbenchError(f"claim kind {kind!r}: expected one of {', '.join(KINDS)}")
-    summary = summary_of(run)
-    body = (attribution_table(summary) if kind == "attribution" else tau_table(summary) if kind == "tau" else
-            f"```text\n{format_table(summary)}\n```")
+    if kind == "depth":
+        body = depth_table(run)
+    else:
+        summary = summary_of(run)
+        body = (attribution_table(summary) if kind == "attribution" else tau_table(summary) if kind == "tau" else
+                f"```text\n{format_table(summary)}\n```")
     return "".join(f"{indent}{line}\n" if line else "\n" for line in body.split("\n"))
 
 
@@ -259,6 +291,26 @@ def test_a_claim_block_is_written_from_the_run_and_one_cell_off_fails(tmp_path):
     assert f"**{tau:.3f}**" in claims[2].body
     doc.write_text(text.replace(f"**{tau:.3f}**", f"**{tau + 0.001:.3f}**"), encoding="utf-8")
     assert differences(claims_in(doc)[2], tmp_path)
+
+
+def test_a_depth_claim_is_the_reports_acceptance_and_one_cell_off_fails(tmp_path):
+    from specbench.reports.tables import acceptance, step_table
+
+    run = write_run(tmp_path / "runs" / "small")
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- claim: runs/small depth -->\n<!-- /claim -->\n", encoding="utf-8")
+    assert write_claims(doc, tmp_path) == 1 and write_claims(doc, tmp_path) == 0
+    claim = claims_in(doc)[0]
+    steps = step_table(load_run(run))
+    ngram = steps[steps["drafter"] == "ngram"]
+    unconditional, conditional = acceptance(ngram, 5)  # every ngram step of the fixture proposes depth 5
+    row = claim.body.splitlines()[2]
+    assert row == (f"| ngram | {len(ngram)} | {100 * unconditional[0]:.0f}% | " +
+                   " | ".join(f"{100 * u:.0f}% ({100 * c:.0f}%)" for u, c in zip(unconditional[1:], conditional[1:])) + " |")
+    assert differences(claim, tmp_path) == ""
+    first = f"{100 * unconditional[0]:.0f}%"
+    doc.write_text(doc.read_text().replace(f"| {first} |", f"| {100 * unconditional[0] + 1:.0f}% |", 1), encoding="utf-8")
+    assert differences(claims_in(doc)[0], tmp_path)
 
 
 def test_a_claim_on_a_run_without_answers_fails(tmp_path):
