@@ -139,6 +139,9 @@ class RecordingTarget:
     def new_cache(self):
         return self.target.new_cache()
 
+    def prepare_drafter(self, drafter):
+        return self.target.prepare_drafter(drafter)
+
     def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.target.prefill(input_ids, cache)  # [V], [L, H]
         self.tape = Tape(prefill=out, steps=[])
@@ -165,6 +168,9 @@ class ReplayTarget:
     def new_cache(self):
         self._next = 0  # `generate` makes one cache per sequence: the tape starts over
         return kv.new_cache()
+
+    def prepare_drafter(self, drafter):
+        return None  # a replayed target runs no regime: the drafter as it is
 
     def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         return self.tape.prefill

@@ -26,10 +26,20 @@ def reference_docs() -> list[Path]:
 
 @pytest.mark.parametrize("path", [p for p in reference_docs() if p.name not in PENDING], ids=lambda p: p.name)
 def test_no_machine_or_date_talk_outside_the_journal(path):
-    found = [f"{path.name}:{number}: {why}: {line.strip()[:100]}" for number, line in
-             enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+    found = [f"{path.name}:{number}: {why}: {line.strip()[:100]}" for number, line in prose_lines(path)
              for pattern, why in TALK if pattern.search(line)]
     assert not found, "\n".join(found)
+
+
+def prose_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced blocks: a fence quotes commands or what a program printed, not talk."""
+    lines, fenced = [], False
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append((number, line))
+    return lines
 
 
 @pytest.mark.parametrize("path", reference_docs(), ids=lambda p: p.name)
@@ -42,3 +52,9 @@ def test_the_patterns_catch_what_they_are_for():
                "the project's machine"]
     assert all(any(p.search(s) for p, _ in TALK) for s in samples)
     assert not any(p.search("docs/training-runs/cpu-2026-11-23/ctc") for p, _ in TALK)
+
+
+def test_fenced_output_is_not_prose(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("on this CPU\n```text\nspecbench: no profile for this machine yet\n```\nafter\n")
+    assert prose_lines(doc) == [(1, "on this CPU"), (5, "after")]

@@ -54,6 +54,10 @@ class TrajectoryTarget:
     def new_cache(self):
         return kv.new_cache()  # stays empty: nothing is computed, so nothing is cached
 
+    def prepare_drafter(self, drafter):
+        """The real target's: in the compiled regime a capturable drafter replays compiled, as it will run."""
+        return self.target.prepare_drafter(drafter)
+
     def _logits(self, next_tokens: list[int]) -> torch.Tensor:
         """[n, V]: row i's argmax is next_tokens[i] (token 0 where unknown)."""
         logits = torch.zeros(len(next_tokens), self.vocab_size, device=self.device)
