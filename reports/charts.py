@@ -383,7 +383,7 @@ def batch_scaling(batches: pd.DataFrame, colours: dict[str, str]) -> Figure | No
                  "label": drafter}
         axes[0].plot(mine["batch_size"], mine["throughput_tok_s"], **style)
         axes[1].plot(mine["batch_size"], mine["throughput_speedup"], **style)
-    for ax, label in zip(axes, ("tokens/s (all sequences)", "throughput / vanilla's, same batch size")):
+    for ax, label in zip(axes, ("tokens/s (all sequences)", "× vanilla (same batch size)")):
         _budget_axis(ax, sizes)
         ax.set_xlabel("batch size")
         ax.set_ylabel(label)
