@@ -338,6 +338,8 @@ def test_each_committed_run_with_answers_gives_its_committed_summary(run, tmp_pa
     """summary.csv is what the answers give (the file written as `specbench run` writes it)."""
     copy = tmp_path / run.name
     shutil.copytree(run / ANSWERS, copy / ANSWERS)
+    for folder in run.glob("batch-*"):  # a batch sweep's sub-runs: one block of rows per batch size
+        shutil.copytree(folder / ANSWERS, copy / folder.name / ANSWERS)
     if (run / "manifest.json").exists():
         shutil.copy(run / "manifest.json", copy)
     write_summary(copy)
