@@ -175,6 +175,13 @@ def _close_row(row: _Row, target: TargetModel, breakdown: bool) -> TurnResult:
 
 
 @torch.inference_mode()
+def _propose_rows(drafter: Drafter, rows: list[tuple[Drafter, DraftContext]]) -> list[DraftTree]:
+    """`Drafter.propose_rows`, or row by row for a drafter that implements the protocol without subclassing
+    `Drafter` (a plug-in, a test's wrapper)."""
+    batched = getattr(drafter, "propose_rows", None)
+    return batched(rows) if batched is not None else [row.propose(ctx) for row, ctx in rows]
+
+
 def generate_batch(
     target: TargetModel,
     drafter: Drafter,
@@ -227,7 +234,7 @@ def generate_batch(
         with ExitStack() as stages:  # one propose for the batch (`Drafter.propose_rows`): each row's draft spans it
             for b in active:
                 stages.enter_context(live[b].timer.stage("draft"))
-            proposed = drafters[0].propose_rows([(live[b].drafter, ctx) for b, ctx in zip(active, contexts)])
+            proposed = _propose_rows(drafters[0], [(live[b].drafter, ctx) for b, ctx in zip(active, contexts)])
         for b, tree in zip(active, proposed):
             tree.validate(live[b].root, budget)
             trees[b] = tree
