@@ -383,15 +383,21 @@ def batch_scaling(batches: pd.DataFrame, colours: dict[str, str]) -> Figure | No
                  "label": drafter}
         axes[0].plot(mine["batch_size"], mine["throughput_tok_s"], **style)
         axes[1].plot(mine["batch_size"], mine["throughput_speedup"], **style)
-    for ax, label in zip(axes, ("tokens/s (all sequences)", "× vanilla (same batch size)")):
+    _finish_log2_pair(fig, axes, sizes, "batch size", ("tokens/s (all sequences)", "× vanilla (same batch size)"))
+    return fig
+
+
+def _finish_log2_pair(fig: Figure, axes, sizes: list[int], xlabel: str, ylabels: tuple[str, str]) -> None:
+    """Two panels over a log2 axis of ``sizes``: labels, grid, the right panel's dashed 1.0 line (a ratio),
+    and one legend above both from the left panel's lines."""
+    for ax, label in zip(axes, ylabels):
         _budget_axis(ax, sizes)
-        ax.set_xlabel("batch size")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
         _y_grid(ax)
     axes[1].axhline(1.0, color=VANILLA_GREY, linestyle="--", linewidth=0.8)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncols=len(labels))
-    return fig
 
 
 @styled
@@ -429,14 +435,7 @@ def tau_by_budget(budgets: dict, colours: dict[str, str]) -> Figure | None:
             chosen = budget.index(choice["budget"])
             ax.scatter([budget[chosen]], [values[chosen]], s=60, facecolors="none", edgecolors="black", linewidths=0.8)
     budgets = sorted({p["budget"] for choice in curves.values() for p in choice["curve"]})
-    for ax, label in zip(axes, ("τ (replayed, calibration set)", "predicted speedup")):
-        _budget_axis(ax, budgets)
-        ax.set_xlabel("tree budget")
-        ax.set_ylabel(label)
-        _y_grid(ax)
-    axes[1].axhline(1.0, color=VANILLA_GREY, linestyle="--", linewidth=0.8)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncols=len(labels))
+    _finish_log2_pair(fig, axes, budgets, "tree budget", ("τ (replayed, calibration set)", "predicted speedup"))
     return fig
 
 
