@@ -182,12 +182,18 @@ class CheckpointDrafter(Drafter):
         vocab = self.head_vocabs[head] if head is not None and self.head_vocabs is not None else self.vocab
         return vocab.token_ids(vocab.logits(features).topk(k, dim=-1).indices)
 
-    def top_log_probs(self, features: torch.Tensor, k: int, head: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def output_vocab(self, head: int | None = None) -> DraftVocab:
+        """The vocabulary head ``head`` scores: its own output projection, or the shared (cut) ``lm_head``."""
+        return self.head_vocabs[head] if head is not None and self.head_vocabs is not None else self.vocab
+
+    def top_log_probs(self, features: torch.Tensor, k: int, head: int | None = None, cut: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """features [..., H] -> (log-probabilities [..., k] in float32 on the CPU, token ids [..., k]) of the k
         best tokens (fewer if the draft vocabulary is smaller), normalised over the draft vocabulary (as
-        `top_tokens` picks them)."""
-        vocab = self.head_vocabs[head] if head is not None and self.head_vocabs is not None else self.vocab
-        log_probs = vocab.logits(features).float().log_softmax(dim=-1)  # [..., V']
+        `top_tokens` picks them); ``cut``: the vocabulary's `DraftVocab.cut_logits` of ``features``, when a
+        batch computed them for all its rows."""
+        vocab = self.output_vocab(head)
+        log_probs = vocab.logits(features, cut).float().log_softmax(dim=-1)  # [..., V']
         top = log_probs.topk(min(k, log_probs.shape[-1]), dim=-1)
         return top.values.cpu(), vocab.token_ids(top.indices).cpu()
 

@@ -133,10 +133,16 @@ class DraftVocab:
     def _cut_logits(self, features: torch.Tensor) -> torch.Tensor:
         return self._linear(features, self.weight, self.bias)
 
-    def logits(self, features: torch.Tensor) -> torch.Tensor:
+    def cut_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [..., H] -> logits [..., V'] of the cut (or whole vocabulary) alone: the part every row of a
+        batch shares (their row copies share the weights), so a batch's rows can be scored in one product."""
+        return self._project(features)
+
+    def logits(self, features: torch.Tensor, cut: torch.Tensor | None = None) -> torch.Tensor:
         """features [..., H] -> logits [..., V' + E] over the drafter's vocabulary (the cut's V' columns,
-        then E extra columns of the context, `follow_context`)."""
-        logits = self._project(features)  # [..., V']
+        then E extra columns of the context, `follow_context`); ``cut``: `cut_logits` of these features,
+        when already computed."""
+        logits = self._project(features) if cut is None else cut  # [..., V']
         if self._extra_weight is None:
             return logits
         extra = nn.functional.linear(features, self._extra_weight.to(features.dtype), self._extra_bias)  # [..., E]

@@ -177,7 +177,6 @@ class Eagle3Drafter(CheckpointDrafter):
     per expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5)."""
 
     method = "eagle3"
-    max_batch_size = 1  # its layer taps hold batch row 0 only (`specbench.model.LayerTap.states` refuses more)
 
     def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5) -> None:
         super().__init__(checkpoint, None, False)
@@ -218,9 +217,11 @@ class Eagle3Drafter(CheckpointDrafter):
     def start_sequence(self) -> None:
         self.cache = KVCache()
         self._own_cache = None  # the target's decoder on accepted tokens, when no harness forward was recorded
+        self._own_length = 0
         self._pending: torch.Tensor | None = None  # features of the positions the last verify accepted
         self._first = True
-        self._seen = -1
+        self._row = 0  # the sequence's batch row (`DraftContext.row`): its part of a batched step's taps
+        self._proposed_at = 0  # the tap's forward count when this sequence last proposed
 
     def reset(self, target: TargetHandle) -> None:
         super().reset(target)
@@ -228,50 +229,55 @@ class Eagle3Drafter(CheckpointDrafter):
             raise SpecbenchError("eagle3 reads the target's intermediate hidden states: it needs a target with layer "
                                  "taps (specbench.model.TargetModel)")
         target.taps.request(self.module.layer_ids)
-        self._taps, self._seen = target.taps, target.taps.forwards
+        self._taps = target.taps
+        self._prefill_forward = target.taps.forwards + 1  # the loop prefills right after reset (`_open_row`)
 
     def accept(self, outcome: VerifyOutcome) -> None:
+        """Keep the accepted positions' features from the verification forward that scored them: the latest
+        forward marked ``step`` if it ran after this sequence proposed, at this sequence's batch row."""
         taps = self._taps
-        fresh = taps is not None and taps.forwards == self._seen + 1
-        states = taps.states(self.module.layer_ids) if fresh else None
+        states = None
+        if taps is not None and taps.last_step > self._proposed_at:
+            states = taps.states(self.module.layer_ids, self._row, taps.last_step, "step")
         if states is not None and max(outcome.path) < states.shape[0]:
             index = torch.tensor(outcome.path, dtype=torch.long, device=states.device)
             self._pending = states.index_select(0, index)
         else:
             self._pending = None
-        if taps is not None:
-            self._seen = taps.forwards
 
     def target_features(self, ctx: DraftContext) -> torch.Tensor:
-        """[m, k H]: the target's hidden states entering the ``layer_ids`` layers at the m positions of ``ctx.hidden``."""
+        """[m, k H]: the target's hidden states entering the ``layer_ids`` layers at the m positions of ``ctx.hidden``:
+        from its prefill's forward at the first call, from the step the last `accept` kept after; from the
+        drafter's own target forward where neither was recorded (replay)."""
         taps, m = ctx.target.taps, ctx.hidden.shape[0]
-        self._taps = taps
-        states = None
-        if self._first and taps.forwards == self._seen + 1:  # the prefill just ran
-            states = taps.states(self.module.layer_ids)
-        elif not self._first:
+        self._taps, self._row = taps, ctx.row
+        if self._first:
+            states = taps.states(self.module.layer_ids, forward=self._prefill_forward, kind="prefill")
+        else:
             states = self._pending
         self._first, self._pending = False, None
         if states is None or states.shape[0] != m:
-            states = self.own_forward(ctx)
-        self._seen = taps.forwards
+            with ctx.span("replayed_target"):  # replay's stand-in for the taps: not the drafter's own cost
+                states = self.own_forward(ctx)
+        self._proposed_at = taps.forwards
         return states.to(ctx.hidden.device, ctx.hidden.dtype)
 
     def own_forward(self, ctx: DraftContext) -> torch.Tensor:
         """The features of the m newest positions from the target's decoder run on the drafter's own cache (replay,
-        where the harness runs no forward): the same numbers up to fp rounding, at a target forward's cost."""
+        where the harness runs no forward): the same numbers up to fp rounding, at a target forward's cost. The
+        cache catches up from wherever it stopped (positions whose features came from the taps)."""
         start, m = ctx.first_new_position, ctx.hidden.shape[0]
         if self._own_cache is None:
             self._own_cache, self._own_length = kv.new_cache(), 0
-        if start != self._own_length:
+        if start < self._own_length:
             raise RuntimeError("eagle3: own target cache out of step (call reset before each sequence)")
-        tokens = ctx.tokens[start : start + m].to(ctx.target.device)[None]
+        tokens = ctx.tokens[self._own_length : start + m].to(ctx.target.device)[None]
         ctx.target.model.base_model(input_ids=tokens, cache=self._own_cache, use_cache=True)
-        self._own_length += m
+        self._own_length = start + m
         states = ctx.target.taps.states(self.module.layer_ids)
         if states is None:
             raise SpecbenchError("eagle3: the target's decoder ran but its layer taps recorded nothing")
-        return states
+        return states[-m:]
 
     def log_probs(self, h: torch.Tensor) -> torch.Tensor:
         """h [n, H] -> log-probabilities [n, V'] over the draft vocabulary."""

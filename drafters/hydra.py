@@ -118,3 +118,16 @@ class HydraDrafter(HeadDrafter):
         ids = torch.tensor([[ctx.root] + path for path in paths], device=ctx.target.device)  # [F, depth + 1]
         features = self.module.heads[depth](h.expand(len(paths), -1), ctx.target.embed_tokens(ids))  # [F, H]
         return self.top_log_probs(features, k, head=depth)
+
+    def children_rows(self, rows, h: torch.Tensor, depth: int, paths: list[list[list[int]]], k: int) -> list[tuple]:
+        """Every row's frontier through head ``depth`` in one forward, and the shared vocabulary's scores in one
+        product: nodes [N = sum of the rows' F], then each row's own context columns and top k."""
+        counts = [len(row_paths) for row_paths in paths]
+        target = rows[0][1].target
+        ids = torch.tensor([[ctx.root] + path for (_, ctx), row_paths in zip(rows, paths) for path in row_paths],
+                           device=target.device)  # [N, depth + 1]
+        inputs = h.repeat_interleave(torch.tensor(counts, device=h.device), dim=0)  # [N, H]
+        features = self.module.heads[depth](inputs, target.embed_tokens(ids))  # [N, H]
+        cut = self.output_vocab(depth).cut_logits(features)  # [N, V']
+        return [drafter.top_log_probs(part, k, head=depth, cut=cut_part)
+                for (drafter, _), part, cut_part in zip(rows, features.split(counts), cut.split(counts))]

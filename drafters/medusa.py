@@ -11,6 +11,7 @@ specbench's own checkpoints, in EAGLE-2's dynamic tree scored by the heads' log-
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 
 import torch
@@ -155,27 +156,71 @@ class HeadDrafter(CheckpointDrafter):
         raise NotImplementedError
 
     def draft_dynamic(self, ctx: DraftContext, h: torch.Tensor) -> DraftTree:
-        """EAGLE-2's tree over the heads: head d proposes ``top_k`` children for each of the ``top_k`` best
-        depth-(d - 1) candidates (by cumulative log-probability); the budget's best candidates form the tree."""
+        """EAGLE-2's tree over the heads (`grow_dynamic`), each depth's children from `children`."""
         k = min(self.top_k, ctx.budget - 1)
+        steps = self.grow_dynamic(ctx, k)
+        request = next(steps)
+        while True:
+            depth, paths = request
+            try:
+                request = steps.send(self.children(ctx, h, depth, paths, k))
+            except StopIteration as done:
+                return done.value
+
+    def grow_dynamic(self, ctx: DraftContext, k: int) -> Generator[tuple[int, list[list[int]]], tuple, DraftTree]:
+        """EAGLE-2's tree over the heads, as a generator: head d proposes ``k`` children for each of the ``k``
+        best depth-(d - 1) candidates (by cumulative log-probability); the budget's best candidates form the
+        tree (its return value). Each depth yields (depth, the frontier's paths below the root) and takes
+        `children`' answer, so the rows of a batch can grow their trees in step (`propose_rows`)."""
         candidates = Candidates()
         frontier = [-1]  # candidate indices to expand; -1 is the root
         for depth in range(min(len(self.module.heads), ctx.budget - 1)):
             if not frontier:  # nothing left whose children could make the tree
                 break
             paths = [[] if i < 0 else [candidates.tokens[a] for a in candidates.ancestors(i)] for i in frontier]
-            log_probs, tokens = self.children(ctx, h, depth, paths, k)  # [F, k'] each, k' <= k (a small vocabulary)
+            log_probs, tokens = yield depth, paths  # [F, k'] each, k' <= k (a small vocabulary)
             above = torch.tensor([0.0 if i < 0 else candidates.scores[i] for i in frontier])  # [F]
             parents = [i for i in frontier for _ in range(tokens.shape[1])]
             added = candidates.add(tokens.flatten(), (above[:, None] + log_probs).flatten(), parents)
             frontier = candidates.worth_expanding(candidates.best(added, k), ctx.budget)
         return candidates.tree(ctx.root, ctx.budget)
 
+    @torch.inference_mode()
+    def propose_rows(self, rows):
+        """Dynamic trees: every row's tree grown in step, depth by depth, each depth's children of all rows
+        from one `children_rows` call (a subclass scores them in one forward); the trees are those `propose`
+        grows. Static trees: row by row."""
+        if len(rows) == 1 or self.tree != "dynamic" or rows[0][1].budget < 2:
+            return super().propose_rows(rows)
+        k = min(self.top_k, rows[0][1].budget - 1)
+        for drafter, ctx in rows:
+            drafter.follow_context(ctx)
+        h = torch.stack([drafter.head_input(ctx) for drafter, ctx in rows])  # [R, H]
+        steps = [drafter.grow_dynamic(ctx, k) for drafter, ctx in rows]
+        requests = {r: next(step) for r, step in enumerate(steps)}  # row -> (depth, paths); depth 0 for all
+        trees: list[DraftTree | None] = [None] * len(rows)
+        while requests:
+            live = sorted(requests)  # rows still growing, all at the same depth
+            answers = self.children_rows([rows[r] for r in live], h[live], requests[live[0]][0],
+                                         [requests[r][1] for r in live], k)
+            for r, answer in zip(live, answers):
+                try:
+                    requests[r] = steps[r].send(answer)
+                except StopIteration as done:
+                    trees[r] = done.value
+                    del requests[r]
+        return trees
+
     def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Head ``depth``'s k best (log-probabilities [F, k], token ids [F, k]) below each of F nodes, given
         each node's draft tokens below the root (``paths``, all of length ``depth``)."""
         raise NotImplementedError
+
+    def children_rows(self, rows, h: torch.Tensor, depth: int, paths: list[list[list[int]]], k: int) -> list[tuple]:
+        """`children` for several rows at one depth (h [R, H], ``paths`` per row): row by row unless a
+        subclass scores them together; each answer must be the one `children` gives."""
+        return [drafter.children(ctx, h[i], depth, paths[i], k) for i, (drafter, ctx) in enumerate(rows)]
 
 
 class MedusaDrafter(HeadDrafter):
@@ -192,21 +237,6 @@ class MedusaDrafter(HeadDrafter):
     method = "medusa"
     module_class = MedusaHeads
     capturable = True
-
-    _prefetched: torch.Tensor | None = None  # [K, H]: this row's heads, computed by `propose_rows` for the batch
-
-    @torch.inference_mode()
-    def propose_rows(self, rows):
-        """The heads of every row in one forward (h [R, H] -> [K, R, H]), then each row's dynamic tree from its
-        own slice, as `propose` would grow it (static trees and per-head projections: row by row)."""
-        if len(rows) == 1 or self.tree != "dynamic" or self.head_vocabs is not None or rows[0][1].budget < 2:
-            return super().propose_rows(rows)
-        for drafter, ctx in rows:
-            drafter.follow_context(ctx)
-        features = self.module(torch.stack([drafter.head_input(ctx) for drafter, ctx in rows]))  # [K, R, H]
-        for r, (drafter, _) in enumerate(rows):
-            drafter._prefetched = features[:, r]  # [K, H]
-        return [drafter.propose(ctx) for drafter, ctx in rows]
 
     def compile_parts(self, compile):
         """The K heads in one forward (h [..., H] -> [K', ..., H]; K' and the rows are a few fixed values)."""
@@ -228,9 +258,13 @@ class MedusaDrafter(HeadDrafter):
         ``lm_head`` all heads are scored at depth 0, in one pass over the draft ``lm_head``
         (as the static tree does); heads with their own projections are scored when the tree reaches them
         (each is a pass over its own matrix, and a small budget needs only the first)."""
+        return self.children_of(ctx, h, depth, paths, k, None)
+
+    def children_of(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int,
+                    features: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`children`, with the heads' outputs ``features`` [K, H] when `children_rows` computed them."""
         if depth == 0 and self.head_vocabs is None:
-            features, self._prefetched = (self.module(h) if self._prefetched is None else self._prefetched), None
-            self._step_children = self.top_log_probs(features, k)  # ([K, k], [K, k])
+            self._step_children = self.top_log_probs(self.module(h) if features is None else features, k)  # [K, k] x 2
         elif depth == 0:
             self._step_features = self.module(h, min(len(self.module.heads), ctx.budget - 1))  # [D, H]
         if self.head_vocabs is None:
@@ -238,3 +272,11 @@ class MedusaDrafter(HeadDrafter):
         else:  # an output projection per head
             log_probs, tokens = self.top_log_probs(self._step_features[depth], k, head=depth)  # [k] each
         return log_probs.expand(len(paths), -1), tokens.expand(len(paths), -1)
+
+    def children_rows(self, rows, h: torch.Tensor, depth: int, paths: list[list[list[int]]], k: int) -> list[tuple]:
+        """At depth 0 (shared ``lm_head``) the heads of every row in one forward: h [R, H] -> [K, R, H]."""
+        if depth > 0 or self.head_vocabs is not None:
+            return super().children_rows(rows, h, depth, paths, k)
+        features = self.module(h)  # [K, R, H]
+        return [drafter.children_of(ctx, h[i], depth, paths[i], k, features[:, i])
+                for i, (drafter, ctx) in enumerate(rows)]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbench import kv, static_cache
-from specbench.drafter import DraftContext, Drafter, row_copy
+from specbench.drafter import DraftContext, Drafter, propose_together, row_copy
 from specbench.model import TargetModel
 from specbench.results import Step
 from specbench.sampling import Sampling
@@ -174,14 +174,6 @@ def _close_row(row: _Row, target: TargetModel, breakdown: bool) -> TurnResult:
                       stopped_at_eos=row.output[-1] in target.eos_ids)
 
 
-@torch.inference_mode()
-def _propose_rows(drafter: Drafter, rows: list[tuple[Drafter, DraftContext]]) -> list[DraftTree]:
-    """`Drafter.propose_rows`, or row by row for a drafter that implements the protocol without subclassing
-    `Drafter` (a plug-in, a test's wrapper)."""
-    batched = getattr(drafter, "propose_rows", None)
-    return batched(rows) if batched is not None else [row.propose(ctx) for row, ctx in rows]
-
-
 def generate_batch(
     target: TargetModel,
     drafter: Drafter,
@@ -229,12 +221,12 @@ def generate_batch(
             row.timer.next_step()
             contexts.append(DraftContext(
                 tokens=row.buffer[: row.past + 1], root=row.root, hidden=row.hidden, target=target.handle,
-                budget=budget, span=row.timer.span, sampling=sampling, generator=row.generator,
+                budget=budget, span=row.timer.span, sampling=sampling, generator=row.generator, row=b,
             ))
         with ExitStack() as stages:  # one propose for the batch (`Drafter.propose_rows`): each row's draft spans it
             for b in active:
                 stages.enter_context(live[b].timer.stage("draft"))
-            proposed = _propose_rows(drafters[0], [(live[b].drafter, ctx) for b, ctx in zip(active, contexts)])
+            proposed = propose_together(drafters[0], [(live[b].drafter, ctx) for b, ctx in zip(active, contexts)])
         for b, tree in zip(active, proposed):
             tree.validate(live[b].root, budget)
             trees[b] = tree

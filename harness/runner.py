@@ -216,6 +216,17 @@ class Run:
         manifest = read_manifest(self.out) if config.resume else None
         if manifest is not None and manifest.get("budgets"):
             budgets = {name: BudgetChoice(**choice) for name, choice in manifest["budgets"].items()}
+            missing = [size for size in config.batch_sizes if size > 1 and any(
+                choice.how == "auto" and str(size) not in choice.batches for choice in budgets.values())]
+            if missing:  # a resume adds batch sizes to the sweep: `auto` chooses there too (from the same caches)
+                added, calibration = resolve_budgets(config, target, prompts, self.drafters, self.progress)
+                for name, choice in budgets.items():
+                    for size in missing:
+                        if choice.how == "auto" and str(size) in added[name].batches:
+                            choice.batches[str(size)] = added[name].batches[str(size)]
+                manifest["budgets"] = {n: c.to_json() for n, c in budgets.items()}
+                manifest.setdefault("calibration", {}).setdefault("batches", {}).update(
+                    (calibration or {}).get("batches", {}))
         else:
             budgets, calibration = resolve_budgets(config, target, prompts, self.drafters, self.progress)
             if manifest is None:
@@ -374,7 +385,8 @@ class Run:
             new_tokens=[r.new_tokens for r in results], wall_time=[r.wall_s for r in results],
             output_ids=output_ids, steps=[r.steps for r in results], prefill_ms=[r.prefill_ms for r in results],
             wall_time_repeats=repeats_wall, first_divergence=divergence, model_id=target.name,
-            tree_budget=self.budgets[name].budget, sampling=sampling.to_json(), seeds=None if sampling.greedy else seeds,
+            tree_budget=self.budgets[name].at(extra["batch_size"]), sampling=sampling.to_json(),
+            seeds=None if sampling.greedy else seeds,
             answer_id=uuid.uuid4().hex, tstamp=time.time(), extra={"regime": target.regime, **extra},
         )
 
@@ -393,7 +405,7 @@ class Run:
                 continue
             if self.progress:
                 print(f"specbench: batch size {size}: {name}, {len(todo)} questions", file=sys.stderr)
-            budget = self.budgets[name].budget
+            budget = self.budgets[name].at(size)  # `auto`: chosen for this batch size
             if config.warmup:
                 warm_ids = prompts.build(todo[0].turns[:1], [])
                 jobs = [Job(list(warm_ids), min(WARMUP_TOKENS, config.max_new_tokens),
@@ -410,7 +422,7 @@ class Run:
         """``todo`` through ``drafter`` at batch size ``size``: one `generate_batch` pass per turn (every
         question that has that turn, each prompted with its own earlier answers), timed as a whole."""
         config = self.config
-        budget = self.budgets[name].budget
+        budget = self.budgets[name].at(size)
         results: dict[object, list[TurnResult]] = {q.question_id: [] for q in todo}
         texts: dict[object, list[str]] = {q.question_id: [] for q in todo}
         passes: dict[object, list[dict]] = {q.question_id: [] for q in todo}

@@ -60,6 +60,8 @@ class DraftContext:
             proposals draws from its own distribution (warped the same way if it likes), fills
             ``DraftTree.probs`` and uses ``generator``
     generator: a CPU random stream for the drafter's own draws, seeded per sequence (None when greedy)
+    row:    the sequence's row in the batch (0 at batch size 1): where its part of a batched verification
+            forward is, for a drafter that reads the target's per-forward state (eagle3's layer taps)
     """
 
     tokens: torch.Tensor
@@ -70,6 +72,7 @@ class DraftContext:
     span: Callable[[str], AbstractContextManager]
     sampling: Any = None
     generator: torch.Generator | None = None
+    row: int = 0
 
     @property
     def first_new_position(self) -> int:
@@ -86,9 +89,9 @@ class Drafter:
 
     #: the registry name, set by `register_drafter` or the entry-point loader
     name: ClassVar[str] = ""
-    #: the largest batch (`--batch-size`) this drafter can run at, or None for any: a drafter whose proposals
-    #: read something only batch row 0 has (eagle3 reads the target's layer taps) says 1, and `run` refuses
-    #: a larger batch before the model loads
+    #: the largest batch (`--batch-size`) this drafter can run at, or None for any (every built-in): a plug-in
+    #: that cannot follow its batch row (`DraftContext.row`) says 1, and `run` refuses a larger batch before
+    #: the model loads
     max_batch_size: ClassVar[int | None] = None
     #: whether the compiled regime (`--regime compiled`) may compile this drafter's per-step forwards through
     #: `compile_parts`. False, the default, leaves a plug-in exactly as it is: it runs eagerly beside the
@@ -163,6 +166,14 @@ def _shared_objects(obj: Any, memo: dict[int, Any], seen: set[int], depth: int =
         children = list(getattr(obj, "__dict__", {}).values())
     for child in children:
         _shared_objects(child, memo, seen, depth + 1)
+
+
+@torch.inference_mode()
+def propose_together(drafter: Drafter, rows: "Sequence[tuple[Drafter, DraftContext]]") -> list[DraftTree]:
+    """`Drafter.propose_rows` of ``drafter``, or row by row for a drafter that implements the protocol
+    without subclassing `Drafter` (a plug-in, a test's wrapper)."""
+    batched = getattr(drafter, "propose_rows", None)
+    return batched(rows) if batched is not None else [row.propose(ctx) for row, ctx in rows]
 
 
 def row_copy(drafter: Drafter) -> Drafter:

@@ -189,10 +189,15 @@ class LayerTap:
     the embeddings, ``num_layers`` the last layer's output before the final norm), as EAGLE-3 reads its
     auxiliary features. Nothing is recorded until a drafter asks: ``request(ids)`` installs forward hooks on
     those layers once (they only keep a reference to the tensor the layer already has), after which every
-    forward of the target's decoder (prefill, tree step, or anyone else's) counts one in ``forwards`` and
-    replaces what ``states(ids)`` returns: Tensor[n, len(ids) * H], batch row 0 of the latest forward. A drafter
-    that reads them checks ``forwards`` to know the rows belong to the forward it expects (replay runs no
-    forward at all)."""
+    forward of the target's decoder (prefill, tree step, or anyone else's) counts one in ``forwards``.
+
+    The last `HISTORY` forwards stay readable by number, each with the kind the target marked it with
+    (``"prefill"``, ``"step"``: a verification forward, `mark`; None for anyone else's forward, such as a
+    drafter's own), so that in a batch each row finds its own: its prefill (run alone, before other rows'
+    prefills) and the step's forward, at its batch row. A drafter checks kind and number to know the rows
+    belong to the forward it expects (replay runs no target forward at all)."""
+
+    HISTORY = 64  # forwards kept: more than the prefills of one refill of a batch
 
     def __init__(self, model: torch.nn.Module) -> None:
         self._decoder = model.base_model
@@ -200,7 +205,9 @@ class LayerTap:
         self._hooks: dict[int, object] = {}
         self._counter = None
         self._latest: dict[int, torch.Tensor] = {}
+        self._history: dict[int, tuple[dict[int, torch.Tensor], list[str | None]]] = {}  # number -> (states, [kind])
         self.forwards = 0
+        self.last_step = 0  # the number of the latest forward marked "step"
 
     @property
     def num_layers(self) -> int:
@@ -226,6 +233,16 @@ class LayerTap:
     def _count(self, module, args) -> None:
         self.forwards += 1
         self._latest = {}
+        self._history[self.forwards] = (self._latest, [None])
+        self._history.pop(self.forwards - self.HISTORY, None)
+
+    def mark(self, kind: str) -> None:
+        """The target says what its latest forward was: ``"prefill"`` (one sequence's prompt) or ``"step"`` (a
+        verification forward, every row of the batch)."""
+        if self.forwards in self._history:
+            self._history[self.forwards][1][0] = kind
+        if kind == "step":
+            self.last_step = self.forwards
 
     # hooks are partials of bound methods, so a deep copy of the model (sps's int8 draft) records into its own tap
     def _entering(self, i: int):
@@ -240,15 +257,17 @@ class LayerTap:
     def _leave(self, i: int, module, args, output) -> None:
         self._latest[i] = output[0] if isinstance(output, tuple) else output
 
-    def states(self, ids) -> torch.Tensor | None:
-        """Tensor[n, len(ids) * H]: the latest forward's hidden states entering layers ``ids``, concatenated in
-        that order; None if that forward did not record them all."""
-        if any(i not in self._latest for i in ids):
+    def states(self, ids, row: int = 0, forward: int | None = None, kind: str | None = None) -> torch.Tensor | None:
+        """Tensor[n, len(ids) * H]: the hidden states entering layers ``ids``, concatenated in that order, of
+        forward number ``forward`` (default: the latest) at batch row ``row`` (a one-row forward is every row's
+        own: a row's prefill runs alone); None if that forward is gone, was not marked ``kind`` (when given),
+        did not record them all or has no such row."""
+        recorded, kinds = self._history.get(self.forwards if forward is None else forward, ({}, [None]))
+        if (kind is not None and kinds[0] != kind) or any(i not in recorded for i in ids):
             return None
-        if any(self._latest[i].shape[0] > 1 for i in ids):  # a batched tree step: row 0 is not every row's
-            raise SpecbenchError("auxiliary hidden states are recorded for batch size 1 only; run this drafter "
-                                 "with --batch-size 1")
-        return torch.cat([self._latest[i][0] for i in ids], dim=-1)
+        batch = recorded[ids[0]].shape[0]
+        row = row if batch > 1 else 0
+        return torch.cat([recorded[i][row] for i in ids], dim=-1) if row < batch else None
 
     def batch_states(self, ids) -> torch.Tensor | None:
         """Tensor[B, n, len(ids) * H]: as `states`, every batch row of the latest forward (distillation's batches)."""
@@ -383,10 +402,13 @@ class TargetModel:
         returns:   logits Tensor[V] at the last position, hidden Tensor[L, H]
         """
         if isinstance(cache, static_cache.TreeStaticCache):
-            return self._static_prefill(input_ids, cache)
-        out = self.decoder(input_ids=input_ids.to(self.device)[None], cache=cache, use_cache=True)
-        hidden = out.last_hidden_state[0]  # [L, H]
-        return self.lm_head(hidden[-1]), hidden
+            logits, hidden = self._static_prefill(input_ids, cache)
+        else:
+            out = self.decoder(input_ids=input_ids.to(self.device)[None], cache=cache, use_cache=True)
+            hidden = out.last_hidden_state[0]  # [L, H]
+            logits = self.lm_head(hidden[-1])
+        self.handle.taps.mark("prefill")  # a drafter reading layer taps finds its prompt's forward by this
+        return logits, hidden
 
     @torch.inference_mode()
     def forward_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -395,7 +417,9 @@ class TargetModel:
         returns: logits Tensor[n, V], hidden Tensor[n, H]
         """
         if isinstance(cache, static_cache.TreeStaticCache):
-            return self._static_tree(tree, cache)
+            logits, hidden = self._static_tree(tree, cache)
+            self.handle.taps.mark("step")
+            return logits, hidden
         past = kv.cached_length(cache)
         n = len(tree)
         tokens = tree.tokens.to(self.device)[None]  # [1, n]
@@ -410,6 +434,7 @@ class TargetModel:
             input_ids=tokens, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
         )
         hidden = out.last_hidden_state[0]  # [n, H]
+        self.handle.taps.mark("step")
         return self.lm_head(hidden), hidden
 
     def _tree_mask(self, tree: DraftTree, past: int, depths: list[int]):
@@ -473,7 +498,9 @@ class TargetModel:
         key = (len(trees), bucket)
         if key not in self._batch_steps:  # compiled regime: one graph per (batch size, bucket); eager: the function
             self._batch_steps[key] = self._compiled(self._batch_step) if self.regime == "compiled" else self._batch_step
-        return self._batch_steps[key](packed, cache)
+        logits, hidden = self._batch_steps[key](packed, cache)
+        self.handle.taps.mark("step")  # row b's layer taps are batch row b of this forward
+        return logits, hidden
 
     def _batch_step(self, packed: torch.Tensor, cache: batch_cache.BatchTreeCache):
         """`forward_trees`' device part (what the compiled regime compiles): masks and positions from the packed

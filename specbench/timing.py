@@ -33,6 +33,12 @@ class _Mark(AbstractContextManager):
         self.timer._marks.append((self.timer._step, self.name, self.start, self.timer._now()))
 
 
+#: sub-stages of the draft stage recorded apart from it: ``transform`` (CTC's draft transform, the drafter's own
+#: cost, counted in `specbench.results.Step.draft_ms`) and ``replayed_target`` (a drafter running the target
+#: itself for state a real run's forwards record for free, as eagle3 does in replay: not the drafter's cost)
+SUB_STAGES = ("transform", "replayed_target")
+
+
 class StageTimer:
     """Collects (step, stage, start, end) marks for one turn; `per_step_ms` resolves them."""
 
@@ -61,7 +67,7 @@ class StageTimer:
         return start.elapsed_time(end) if self.cuda else (end - start) * 1000.0
 
     def per_step_ms(self) -> tuple[float, list[dict[str, float]]]:
-        """(prefill ms, one {stage: ms} dict per step); draft excludes its transform sub-stage."""
+        """(prefill ms, one {stage: ms} dict per step); draft excludes its sub-stages (`SUB_STAGES`)."""
         if self.cuda and self._marks:
             torch.cuda.synchronize()
         prefill = 0.0
@@ -73,8 +79,9 @@ class StageTimer:
             else:
                 steps[step][name] = steps[step].get(name, 0.0) + ms
         for times in steps:
-            if "transform" in times and "draft" in times:
-                times["draft"] -= times["transform"]
+            for sub in SUB_STAGES:
+                if sub in times and "draft" in times:
+                    times["draft"] -= times[sub]
         return prefill, steps
 
 

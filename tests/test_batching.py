@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import EOS, PROMPTS, build_tiny_model, make_target, plain_greedy
-from specbench import DraftContext, Drafter, DraftTree
+from specbench import DraftContext, Drafter, DraftTree, kv
 from specbench.batch_cache import BatchTreeCache
 from specbench.drafter import row_copy
 from specbench.harness.loop import Job, generate, generate_batch
@@ -152,12 +152,12 @@ def test_builtin_drafter_row_copies_keep_their_own_state(tiny_target):
     assert mismatches(outputs, jobs, refs) == []
 
 
-def test_medusa_batched_propose_gives_the_row_by_row_trees(tiny_target, drafter_for):
-    """medusa's `propose_rows` (its heads once for every row) proposes the trees each row's own `propose`
-    gives, and a batch of medusa rows still equals greedy decoding; a planted wrong row slice is caught."""
-    from specbench import kv
-
-    drafter = drafter_for("medusa", tiny_target)
+@pytest.mark.parametrize("name", ["medusa", "hydra"])
+def test_head_drafters_batched_propose_gives_the_row_by_row_trees(tiny_target, drafter_for, name):
+    """The head drafters' `propose_rows` (every row's tree grown in step; medusa: its heads once for every row;
+    hydra: each depth's head once for every row's frontier) proposes the trees each row's own `propose` gives,
+    and a batch of their rows still equals greedy decoding; a planted wrong row slice is caught."""
+    drafter = drafter_for(name, tiny_target)
 
     def contexts(rows):
         out = []
@@ -180,12 +180,13 @@ def test_medusa_batched_propose_gives_the_row_by_row_trees(tiny_target, drafter_
     refs = references(tiny_target, jobs)
     assert mismatches(run_batch(tiny_target, drafter, jobs, 3), jobs, refs) == []
 
-    real_forward = drafter.module.forward  # the planted bug: the heads read the rows rolled by one
-    drafter.module.forward = lambda h, *rest: real_forward(h.roll(1, dims=0) if h.dim() == 2 else h, *rest)
+    module = drafter.module if name == "medusa" else drafter.module.heads[0]
+    real_forward = module.forward  # the planted bug: the heads read the rows rolled by one
+    module.forward = lambda h, *rest: real_forward(h.roll(1, dims=0) if h.dim() == 2 else h, *rest)
     try:
         assert [shape(t) for t in drafter.propose_rows(contexts(rows))] != alone
     finally:
-        drafter.module.forward = real_forward
+        module.forward = real_forward
 
 
 # ---- the real default model ------------------------------------------------------------------------------
@@ -222,20 +223,73 @@ def test_default_model_rows_equal_greedy(default_target, name, batch_size):
 
 
 
-def test_layer_taps_refuse_a_batched_forward(llama_target):
-    """A drafter reading the target's layer taps (eagle3) gets a one-line error at batch > 1, not row 0's
-    hidden states passed off as its own row's."""
-    from specbench.errors import SpecbenchError
-
+def test_layer_taps_give_each_row_its_own_forward(llama_target):
+    """Each row finds its own layer-tap states: its prefill by number and kind (run alone, before the other
+    rows'), and its batch row of the step's forward, equal to what its own batch-1 tree forward records."""
     taps = llama_target.handle.taps
     taps.request([1])
     cache = llama_target.new_batch_cache(2, 64)
+    numbers = []
     for row, prompt in enumerate(PROMPTS[:2]):
         llama_target.prefill_row(torch.tensor(prompt), cache, row)
-    assert taps.states([1]).shape[0] == len(PROMPTS[1])  # a batch-1 prefill is read as before
-    llama_target.forward_trees([DraftTree.root_only(3), DraftTree.root_only(4)], cache)
-    with pytest.raises(SpecbenchError, match="batch size 1 only"):
-        taps.states([1])
+        numbers.append(taps.forwards)
+    for prompt, number in zip(PROMPTS[:2], numbers):  # both prefills stay readable after the second ran
+        assert taps.states([1], forward=number, kind="prefill").shape[0] == len(prompt)
+    trees = [DraftTree.chain(3, [7, 9]), DraftTree.chain(4, [8])]
+    llama_target.forward_trees(trees, cache)
+    assert taps.last_step == taps.forwards and taps.states([1], kind="prefill") is None  # a step, not a prefill
+    step = taps.last_step
+    batched = [taps.states([1], row=row, forward=step, kind="step")[: len(tree)] for row, tree in enumerate(trees)]
+    for prompt, tree, mine in zip(PROMPTS[:2], trees, batched):
+        alone = kv.new_cache()
+        llama_target.prefill(torch.tensor(prompt), alone)
+        llama_target.forward_tree(tree, alone)
+        torch.testing.assert_close(mine, taps.states([1], kind="step"), rtol=1e-4, atol=1e-5)
+
+
+def test_eagle3_rows_draft_what_each_drafts_alone(llama_target, tmp_path):
+    """eagle3 reads the target's layer taps: at batch 3 with refill, every sequence proposes the very trees it
+    proposes alone (its own prefill's and its own row's features, never another row's), never falls back to
+    running the target itself, and its ids equal plain greedy decoding."""
+    from specbench.drafters.eagle3 import Eagle3Drafter, untrained_checkpoint
+
+    stem = untrained_checkpoint(tmp_path / "e3", llama_target.handle, draft_vocab=60, seed=3)
+
+    class Recording(Eagle3Drafter):
+        trees: dict = {}  # class-wide: row copies record into it; prompt -> the trees proposed, in order
+        own_forwards = [0]
+
+        def propose(self, ctx):
+            tree = super().propose(ctx)
+            self.trees.setdefault(self._prompt, []).append((tree.tokens.tolist(), tree.parents.tolist()))
+            return tree
+
+        def reset(self, target):
+            super().reset(target)
+            self._prompt = None
+
+        def target_features(self, ctx):
+            if self._prompt is None:
+                self._prompt = tuple(ctx.tokens[:-1].tolist())  # the first call: the prompt, then the root
+            return super().target_features(ctx)
+
+        def own_forward(self, ctx):
+            self.own_forwards[0] += 1
+            return super().own_forward(ctx)
+
+    jobs = [Job(list(p), m, key=i) for i, (p, m) in enumerate(zip(PROMPTS, MAX_NEW))]
+    alone = {}
+    for job in jobs:
+        Recording.trees = {}
+        generate(llama_target, Recording(checkpoint=str(stem)), job.prompt_ids, job.max_new_tokens, 6)
+        alone.update(Recording.trees)
+    Recording.trees = {}
+    outputs = {job.key: result.output_ids
+               for job, result in generate_batch(llama_target, Recording(checkpoint=str(stem)), jobs, 6, 3)}
+    assert Recording.own_forwards == [0]
+    assert Recording.trees == alone
+    for job in jobs:
+        assert outputs[job.key] == plain_greedy(llama_target.model, job.prompt_ids, job.max_new_tokens, {EOS})
 
 
 def test_sampled_rows_follow_their_own_seed(llama_target):

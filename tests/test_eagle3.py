@@ -82,6 +82,25 @@ def test_replay_without_target_forwards_drafts_as_the_real_run(llama_target, ste
     assert recorded(NoTaps(checkpoint=str(stem)), llama_target, PROMPTS[2], 8) == real
 
 
+def test_replay_does_not_count_its_own_target_forward_as_drafting(llama_target, stem):
+    """In replay eagle3 runs the target itself for the features a real run's forwards record for free; that
+    time is its own sub-stage (``replayed_target``), left out of the draft cost `auto` predicts with."""
+    import time
+
+    from specbench.harness.autobudget.replay import replay
+    from specbench.harness.autobudget.trajectories import record_trajectory
+
+    class SlowTarget(Eagle3Drafter):
+        def own_forward(self, ctx):
+            time.sleep(0.05)
+            return super().own_forward(ctx)
+
+    trajectory = record_trajectory(llama_target, PROMPTS[2], 12)
+    steps = replay(llama_target, SlowTarget(checkpoint=str(stem)), trajectory, 12, 8).steps
+    assert steps and all(step.stage_ms["replayed_target"] >= 50 for step in steps)
+    assert all(step.draft_ms < 40 for step in steps)  # the 50 ms own forward is not drafting
+
+
 @pytest.mark.parametrize("layout", ["speculators", "authors"])
 def test_round_trip_drafts_identically(llama_target, stem, tmp_path, layout):
     """specbench -> speculators (or the authors' layout) -> specbench, and on to the other layout and back."""

@@ -106,7 +106,8 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
     run_tiny(target, out, calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8])
     manifest = json.loads((out / "manifest.json").read_text())
     choice = manifest["budgets"]["ngram"]
-    assert manifest["budgets"]["vanilla"] == {"budget": 1, "how": "baseline", "predicted_speedup": None, "curve": []}
+    assert manifest["budgets"]["vanilla"] == {"budget": 1, "how": "baseline", "predicted_speedup": None, "curve": [],
+                                           "batches": {}}
     # ngram's trees never exceed max_budget() = 1 + 4 drafts: 8 is replaced by 5, which gives the same trees
     assert choice["how"] == AUTO and [point["budget"] for point in choice["curve"]] == [1, 2, 4, 5]
     best = max(point["predicted_speedup"] for point in choice["curve"])

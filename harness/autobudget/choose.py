@@ -12,13 +12,21 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
    another moment, or on another machine of the same kind, still applies), and the budget that
    maximises it.
+
+At each batch size B > 1 of the run (``--batch-size``) the same prediction is made with B's own terms, and
+the budget chosen there is recorded in `BudgetChoice.batches`: the prediction is a *throughput* speedup over
+vanilla at B. Every row of a batch accepts what it would alone (exactness), so tau(b) is batch 1's; v1, o
+and r(b) come from B rows (the loop timed with B plain-decoding rows, the profile at B, `profile.batch_profile`);
+d(b) is the drafter's propose cost for B rows (`replay.RowsTogether`: B identical rows through
+`Drafter.propose_rows`, replayed over the first `BATCH_DRAFT_TURNS` calibration turns). Rows that end early
+and refill are not modelled.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from specbench.drafters.vanilla import VanillaDrafter
@@ -30,11 +38,11 @@ from specbench.harness.autobudget.calibration import (
     calibration_trajectories,
 )
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
-from specbench.harness.autobudget.profile import measure_and_cache, resolve_profile
-from specbench.harness.autobudget.replay import budget_point, sweep
+from specbench.harness.autobudget.profile import batch_profile, measure_and_cache, resolve_profile
+from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
-from specbench.harness.loop import generate
+from specbench.harness.loop import Job, generate, generate_batch
 from specbench.model import cache_root
 from specbench.progress import enabled
 from specbench.questions import load_questions
@@ -42,6 +50,7 @@ from specbench.results import BASELINE
 
 CURVE_FORMAT = 3  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
+BATCH_DRAFT_TURNS = 4  # calibration turns replayed with B rows for a drafter's propose cost at batch size B
 
 
 @dataclass
@@ -53,10 +62,18 @@ class LoopTiming:
     steps: int
 
 
-def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS) -> LoopTiming:
-    """Time plain decoding of ``prompt_ids`` through the loop (after one untimed pass)."""
-    generate(target, VanillaDrafter(), prompt_ids, tokens, 1)
-    result = generate(target, VanillaDrafter(), prompt_ids, tokens, 1, breakdown=True)
+def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS, batch: int = 1) -> LoopTiming:
+    """Time plain decoding of ``prompt_ids`` through the loop (after one untimed pass); at ``batch`` > 1,
+    ``batch`` rows of it decoding together (the last row's record: its clock starts after the other rows'
+    prefills, and every row's verify stage spans the one forward)."""
+    if batch == 1:
+        generate(target, VanillaDrafter(), prompt_ids, tokens, 1)
+        result = generate(target, VanillaDrafter(), prompt_ids, tokens, 1, breakdown=True)
+    else:
+        jobs = [Job(list(prompt_ids), tokens, key=row) for row in range(batch)]
+        list(generate_batch(target, VanillaDrafter(), jobs, 1, batch))
+        result = {job.key: result for job, result in generate_batch(target, VanillaDrafter(), jobs, 1, batch,
+                                                                     breakdown=True)}[batch - 1]
     if not result.steps:
         raise SpecbenchError("calibration: the timing prompt ended at once; cannot time the loop")
     verify = statistics.median(step.stage_ms["verify"] for step in result.steps)
@@ -65,13 +82,15 @@ def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKE
     return LoopTiming(verify1_ms=verify, overhead_ms=max(step_ms - staged, 0.0), steps=len(result.steps))
 
 
-def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, machine: dict, root: Path) -> LoopTiming:
-    """`measure_loop_timing`, measured once per model, calibration set and machine, then read from the
-    cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
+def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, machine: dict, root: Path,
+                       batch: int = 1) -> LoopTiming:
+    """`measure_loop_timing`, measured once per model, calibration set, machine and batch size, then read
+    from the cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
     predictions of neighbouring budgets often differ by less than this timing's noise)."""
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
+    key |= {"batch": batch} if batch > 1 else {}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
-    return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids))))
+    return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids, batch=batch))))
 
 
 def drafter_identity(name: str, drafter, options: dict) -> dict:
@@ -95,6 +114,32 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
 
     path = root / "calibration" / "curves" / f"{name}-{key_digest(key)}.json"
     return [BudgetPoint(**point) for point in cached_json(path, key, replayed)]
+
+
+def batch_draft_ms(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
+                   budgets: list[int], max_new_tokens: int, machine: dict, root: Path, batch: int) -> dict[int, float]:
+    """The drafter's propose ms per step for ``batch`` rows at each budget (`RowsTogether` replayed over the
+    first `BATCH_DRAFT_TURNS` calibration turns; cached like the curves)."""
+    key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
+           "candidates": budgets, "machine": machine, "batch": batch, "turns": BATCH_DRAFT_TURNS}
+
+    def replayed() -> dict[str, float]:
+        table = sweep(target, {name: RowsTogether(drafter, batch)},
+                      [("calibration", t) for t in trajectories[:BATCH_DRAFT_TURNS]], budgets, max_new_tokens,
+                      label=f"replay {name} x{batch} rows")
+        return {str(row.budget): row.draft_ms for row in table[table["category"] == "overall"].itertuples()}
+
+    path = root / "calibration" / "curves" / f"{name}-b{batch}-{key_digest(key)}.json"
+    return {int(budget): ms for budget, ms in cached_json(path, key, replayed).items()}
+
+
+def choose_at_batch(points: list[BudgetPoint], draft_ms: dict[int, float], profile, timing: LoopTiming) -> dict:
+    """The choice at one batch size > 1 (a `BudgetChoice.batches` entry) from batch 1's replayed points, the
+    propose cost at B (``draft_ms`` per budget) and B's profile and loop timing."""
+    at_batch = [replace(point, draft_ms=draft_ms[point.budget]) for point in points]
+    best, predictions = best_budget(at_batch, profile, timing.overhead_ms, timing.verify1_ms)
+    return {"budget": best, "how": AUTO, "predicted_speedup": predictions[best],
+            "curve": [asdict(p) | {"predicted_speedup": predictions[p.budget]} for p in at_batch]}
 
 
 def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetChoice]:
@@ -142,18 +187,37 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
     timing = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root())
     candidates = [b for b in (config.auto_budgets or DEFAULT_CANDIDATES) if b <= max(profile.sizes)] or [1]
 
+    curves: dict[str, list[BudgetPoint]] = {}
+
     def calibrate(name: str):
         if progress:
             print(f"specbench: choosing {name}'s tree budget (replay over {len(trajectories)} calibration turns)",
                   file=sys.stderr)
         limit = drafters[name].max_budget()  # larger budgets would replay the same trees
         mine = candidates if limit is None else sorted({b for b in candidates if b < limit} | {min(limit, max(candidates))})
-        points = replayed_curve(target, name, drafters[name], config.drafter_options.get(split_entry(name)[0], {}), trajectories,
-                                trajectory_key, mine, tokens, machine, cache_root())
-        return points, profile, timing
+        curves[name] = replayed_curve(target, name, drafters[name], options(name), trajectories, trajectory_key, mine,
+                                      tokens, machine, cache_root())
+        return curves[name], profile, timing
+
+    def options(name: str) -> dict:
+        return config.drafter_options.get(split_entry(name)[0], {})
 
     choices = choose_budgets(wanted, calibrate)
     record = {"file": str(calibration), "source": calibrated_on,
               "questions": len(load_questions(calibration)), "turns": len(trajectories), "max_new_tokens": tokens,
               "candidates": candidates, "profile_source": source, "loop": asdict(timing)}
+    batches = {}
+    for size in (size for size in config.batch_sizes if size > 1):  # the module docstring's batch sizes
+        if progress:
+            print(f"specbench: choosing tree budgets at batch size {size}", file=sys.stderr)
+        profile_b, source_b = batch_profile(target, size, cache_root())
+        timing_b = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root(),
+                                      size)
+        for name, points in curves.items():
+            draft = batch_draft_ms(target, name, drafters[name], options(name), trajectories, trajectory_key,
+                                   [p.budget for p in points], tokens, machine, cache_root(), size)
+            choices[name].batches[str(size)] = choose_at_batch(points, draft, profile_b, timing_b)
+        batches[str(size)] = {"profile_source": source_b, "loop": asdict(timing_b)}
+    if batches:
+        record["batches"] = batches
     return choices, record

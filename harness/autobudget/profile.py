@@ -11,6 +11,11 @@ torch version, linear kernel, regime: eager or compiled, `TargetModel.use_regime
 ``$SPECBENCH_CACHE/profiles/`` and written into each run's manifest. It is a
 small JSON file, so one measured elsewhere can be passed with ``--profile FILE`` to predict speedups on
 hardware the reader does not have.
+
+**The batch axis.** At batch size B > 1 a verification forward scores B trees at once (`TargetModel.forward_trees`,
+every tree padded to the bucket of the largest, `specbench.static_cache.BUCKETS`). A profile at B times B rows of a
+``prefix``-token batch cache, each row scoring the same tree, at the bucket sizes; its key holds ``batch``, so it is
+cached beside the batch-1 profile, and `VerifyProfile.cost_ms` reads a batch profile at the bucket a tree pads to.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from specbench.errors import SpecbenchError
 from specbench.model import cache_root
 from specbench.placement import placement_summary
 from specbench.progress import phase
+from specbench.static_cache import BUCKETS, bucket_of
 from specbench.timing import wall_clock
 from specbench.tree import DraftTree
 
@@ -39,6 +45,8 @@ DEFAULT_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: complete tree with `BUSHY_FANOUT` children per node (static Medusa/Hydra-like trees: wide and shallow).
 TREE_SHAPES = ("chain", "bushy")
 BUSHY_FANOUT = 4
+#: a batch profile's sizes: the buckets every batched forward pads its trees to
+BATCH_SIZES = BUCKETS
 ROOT_TOKEN = 5  # the synthetic trees' root; the other nodes are ids 10, 11, ... (the cost ignores ids)
 
 
@@ -90,12 +98,15 @@ class VerifyProfile:
     measured: str = ""
     host: str = field(default_factory=platform.node)
     format: int = PROFILE_FORMAT
+    batch: int = 1  # rows scored per forward (the module docstring's batch axis)
 
     def cost_ms(self, n: int, shape: str | None = None) -> float:
         """t_verify(n): linear between measured sizes, the mean over shapes unless one is named; beyond
-        the grid the last segment's slope is kept."""
+        the grid the last segment's slope is kept. At batch > 1, the cost of the bucket ``n`` pads to."""
         if n < 1:
             raise ValueError("a tree has at least its root")
+        if self.batch > 1 and n <= BUCKETS[-1]:
+            n = bucket_of(n)
         rows = [self.ms[shape]] if shape else list(self.ms.values())
         values = [statistics.fmean(column) for column in zip(*rows)]
         if len(self.sizes) == 1:
@@ -135,7 +146,9 @@ class VerifyProfile:
                 raise bad(f"'ms.{shape}' must hold one time per size ({len(sizes)})")
             if not all(isinstance(v, (int, float)) and v > 0 for v in values):
                 raise bad(f"'ms.{shape}' must hold positive milliseconds")
-        fields = {name: data[name] for name in ("prefix", "repeats", "measured", "host") if name in data}
+        if not isinstance(data.get("batch", 1), int) or data.get("batch", 1) < 1:
+            raise bad("'batch' must be a batch size >= 1")
+        fields = {name: data[name] for name in ("prefix", "repeats", "measured", "host", "batch") if name in data}
         return cls(key=key, sizes=sizes, ms={s: [float(v) for v in vs] for s, vs in ms.items()}, **fields)
 
     def table(self) -> str:
@@ -160,8 +173,8 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def profile_key(target, threads: int | None = None) -> dict:
-    """What a profile's numbers depend on."""
+def profile_key(target, threads: int | None = None, batch: int = 1) -> dict:
+    """What a profile's numbers depend on (``batch`` named only above 1, so batch-1 keys stay as they were)."""
     device = target.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     spread = len(placement_summary(target))  # devices holding parameters: > 1 under --device-map
@@ -169,55 +182,85 @@ def profile_key(target, threads: int | None = None) -> dict:
             "device": device.type if spread == 1 else f"{device.type}x{spread}", "device_name": name,
             "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
-            "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")}
+            "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")
+            } | ({"batch": batch} if batch > 1 else {})
 
 
 def cache_path(key: dict, root: Path) -> Path:
-    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>].json``
-    (the kernel named unless it is torch's own, `specbench.linear`; the regime unless it is eager, so eager
-    profiles keep their names)."""
+    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>][-b<batch>].json``
+    (the kernel named unless it is torch's own, `specbench.linear`; the regime unless it is eager, the batch size
+    unless it is 1, so eager batch-1 profiles keep their names)."""
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
                    f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
                    f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else "")
-                   + (f"-{key['regime']}" if key.get("regime", "eager") != "eager" else ""))
+                   + (f"-{key['regime']}" if key.get("regime", "eager") != "eager" else "")
+                   + (f"-b{key['batch']}" if key.get("batch", 1) > 1 else ""))
     return root / "profiles" / f"{safe}.json"
 
 
 @torch.inference_mode()
-def measure_profile(target, sizes=DEFAULT_SIZES, shapes=TREE_SHAPES, prefix: int = 300, repeats: int = 7,
-                    warmup: int = 2) -> VerifyProfile:
+def measure_profile(target, sizes=None, shapes=TREE_SHAPES, prefix: int = 300, repeats: int = 7,
+                    warmup: int = 2, batch: int = 1) -> VerifyProfile:
     """Time one verification forward per (shape, size): median of ``repeats`` after ``warmup`` untimed
-    ones, each against the same ``prefix``-token cache (the tree's slots are dropped after each).
+    ones, each against the same ``prefix``-token cache (the tree's slots are dropped after each). ``sizes``
+    defaults to `DEFAULT_SIZES` (`BATCH_SIZES` at ``batch`` > 1, where B rows score the tree in one forward).
 
     The sizes are timed in rounds (every shape and size once per round, the order rotating) rather than
     one size after another, so slow drift of the machine (clock, cache, a neighbour's load) lands on all
     sizes alike instead of on whichever size was being timed: the ratios to one node are what predictions
     use."""
-    if repeats < 1 or prefix < 1 or not sizes:
-        raise SpecbenchError("a profile needs at least one size, one repeat and a prefix of one token")
-    vocab = target.lm_head.weight.shape[0]
-    cache = prefilled_cache(target, synthetic_prefix(prefix) % vocab)
+    sizes = sizes or (DEFAULT_SIZES if batch == 1 else BATCH_SIZES)
+    if repeats < 1 or prefix < 1 or not sizes or batch < 1:
+        raise SpecbenchError("a profile needs at least one size, one repeat, a prefix of one token and one row")
+    forward = _batch_forward(target, batch, prefix, max(sizes)) if batch > 1 else _single_forward(target, prefix)
     cells = [(shape, n, tree_of_size(n, shape)) for shape in shapes for n in sizes]
     # Samples are keyed by the tree's structure, not its shape's name: 1 and 2 nodes are one forward in every
     # shape, so their samples pool and the shapes share one denominator (unpooled, a noisy 2026-11-26 CPU
     # profile had the 1-node chain at 43 ms and the 1-node bushy tree at 34 ms, moving every chain ratio).
     structure = {(shape, n): tuple(tree.parents.tolist()) for shape, n, tree in cells}
     times: dict[tuple[int, ...], list[float]] = {key: [] for key in structure.values()}
-    bar = phase("verify-cost profile", (warmup + repeats) * len(cells), "forward")
+    bar = phase("verify-cost profile" + (f" (batch {batch})" if batch > 1 else ""), (warmup + repeats) * len(cells), "forward")
     for round_number in range(warmup + repeats):
         shift = round_number % len(cells)
         for shape, n, tree in cells[shift:] + cells[:shift]:
-            start = wall_clock(target.device)
-            target.forward_tree(tree, cache)
-            elapsed = (wall_clock(target.device) - start) * 1000
-            rewind(cache, prefix)
+            elapsed = forward(tree)
             if round_number >= warmup:
                 times[structure[shape, n]].append(elapsed)
             bar.update(1)  # after the clock stopped
     bar.close()
     ms = {shape: [statistics.median(times[structure[shape, n]]) for n in sizes] for shape in shapes}
-    return VerifyProfile(key=profile_key(target), sizes=list(sizes), ms=ms, prefix=prefix, repeats=repeats,
-                         measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    return VerifyProfile(key=profile_key(target, batch=batch), sizes=list(sizes), ms=ms, prefix=prefix,
+                         repeats=repeats, measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"), batch=batch)
+
+
+def _single_forward(target, prefix: int):
+    """ms of one `TargetModel.forward_tree` against a ``prefix``-token cache, the tree's slots dropped after."""
+    cache = prefilled_cache(target, synthetic_prefix(prefix) % target.lm_head.weight.shape[0])
+
+    def forward(tree: DraftTree) -> float:
+        start = wall_clock(target.device)
+        target.forward_tree(tree, cache)
+        elapsed = (wall_clock(target.device) - start) * 1000
+        rewind(cache, prefix)
+        return elapsed
+
+    return forward
+
+
+def _batch_forward(target, batch: int, prefix: int, largest: int):
+    """ms of one `TargetModel.forward_trees` of ``batch`` rows, each a ``prefix``-token sequence scoring the
+    tree (a forward writes the rows' scratch tails and commits nothing, so every forward sees the same prefix)."""
+    cache = target.new_batch_cache(batch, prefix + bucket_of(largest))
+    ids = synthetic_prefix(prefix) % target.lm_head.weight.shape[0]
+    for row in range(batch):
+        target.prefill_row(ids, cache, row)  # the loop's own row prefill
+
+    def forward(tree: DraftTree) -> float:
+        start = wall_clock(target.device)
+        target.forward_trees([tree] * batch, cache)
+        return (wall_clock(target.device) - start) * 1000
+
+    return forward
 
 
 def load_profile(path: Path) -> VerifyProfile:
@@ -246,13 +289,23 @@ def save_profile(profile: VerifyProfile, path: Path) -> Path:
 def measure_and_cache(target, root: Path, **options) -> tuple[VerifyProfile, Path]:
     """`measure_profile` (``options`` passed on) saved where `cached_profile` finds it; (profile, path)."""
     profile = measure_profile(target, **options)
-    return profile, save_profile(profile, cache_path(profile_key(target), root))
+    return profile, save_profile(profile, cache_path(profile_key(target, batch=profile.batch), root))
 
 
-def cached_profile(target, root: Path) -> VerifyProfile | None:
-    """The cached profile for this target, device, dtype, threads and torch version, if one was measured."""
-    path = cache_path(profile_key(target), root)
+def cached_profile(target, root: Path, batch: int = 1) -> VerifyProfile | None:
+    """The cached profile for this target, device, dtype, threads, torch version and batch size, if one was
+    measured."""
+    path = cache_path(profile_key(target, batch=batch), root)
     return load_profile(path) if path.exists() else None
+
+
+def batch_profile(target, batch: int, root: Path) -> tuple[VerifyProfile, str]:
+    """(the profile at batch size ``batch`` > 1, where it came from): cached, else measured now and cached."""
+    profile = cached_profile(target, root, batch)
+    if profile is not None:
+        return profile, str(cache_path(profile_key(target, batch=batch), root))
+    profile, path = measure_and_cache(target, root, batch=batch)
+    return profile, str(path)
 
 
 def resolve_profile(profile_file: str | None, target):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specbench import kv
-from specbench.drafter import Drafter
+from specbench.drafter import DraftContext, Drafter, propose_together, row_copy
 from specbench.errors import SpecbenchError
 from specbench.harness.autobudget.predict import BudgetPoint, predicted_speedup
 from specbench.harness.autobudget.trajectories import Trajectory
@@ -88,6 +88,33 @@ class TrajectoryTarget:
         # the loop commits what greedy verification accepts from these answers: the next root follows it
         self._past += len(greedy_path(tree, next_tokens))
         return self._logits(next_tokens), hidden
+
+
+class RowsTogether(Drafter):
+    """``size`` rows of one drafter proposing together (`Drafter.propose_rows`), every row fed the same
+    context and outcome: replayed, its draft stage is the drafter's propose cost at batch size ``size``
+    (row by row, or its own batched propose), while the tree verified, and so tau, is row 0's."""
+
+    def __init__(self, drafter: Drafter, size: int) -> None:
+        super().__init__()
+        self.drafter, self.size, self.rows = drafter, size, [drafter]
+
+    def reset(self, target) -> None:
+        self.drafter.reset(target)  # loads a trained drafter's weights first: the copies share them
+        if len(self.rows) != self.size:
+            self.rows = [self.drafter] + [row_copy(self.drafter) for _ in range(self.size - 1)]
+        for row in self.rows[1:]:
+            row.reset(target)
+
+    def propose(self, ctx: DraftContext) -> DraftTree:
+        return propose_together(self.drafter, [(row, ctx) for row in self.rows])[0]
+
+    def accept(self, outcome) -> None:
+        for row in self.rows:
+            row.accept(outcome)
+
+    def max_budget(self) -> int | None:
+        return self.drafter.max_budget()
 
 
 def replay(target, drafter: Drafter, trajectory: Trajectory, max_new_tokens: int, budget: int):

@@ -83,6 +83,14 @@ class BudgetChoice:
     how: str  # "fixed" (given), "auto" (chosen), "baseline" (vanilla: always 1)
     predicted_speedup: float | None = None
     curve: list[dict] = field(default_factory=list)  # per candidate: budget, tau, draft_ms, predicted_speedup
+    #: batch size B > 1 (a string, as JSON keys are) -> the choice at B: {budget, how, predicted_speedup, curve},
+    #: the prediction a throughput speedup over vanilla at B. Absent for a size: the batch-1 budget.
+    batches: dict[str, dict] = field(default_factory=dict)
+
+    def at(self, batch_size: int) -> int:
+        """The budget at batch size ``batch_size``."""
+        chosen = self.batches.get(str(batch_size)) if batch_size > 1 else None
+        return self.budget if chosen is None else int(chosen["budget"])
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -52,8 +52,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def profile_arguments(parser: argparse.ArgumentParser) -> None:
-    add_options(parser, RunConfig, TARGET)
-    parser.add_argument("--sizes", default=PROFILE_SIZES, help="tree sizes to time, root included")
+    add_options(parser, RunConfig, (*TARGET, "batch_size"))
+    parser.add_argument("--sizes", default=PROFILE_SIZES, help="tree sizes to time, root included (at a batch size "
+                        "above 1: the buckets trees pad to, up to the largest of these)")
     parser.add_argument("--shapes", type=csv, default=["chain", "bushy"], help="tree shapes: chain, bushy")
     parser.add_argument("--prefix", type=int, default=300, help="cached prefix length (tokens)")
     parser.add_argument("--repeats", type=int, default=7, help="timed forwards per size; the median is kept")
@@ -66,6 +67,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from specbench.harness.autobudget.profile import (
+        BATCH_SIZES,
         TREE_SHAPES,
         cache_path,
         load_profile,
@@ -89,21 +91,26 @@ def cmd_profile(args: argparse.Namespace) -> int:
     check_device(config.device)
     target = load_target(config.model, config.device, config.dtype, config.device_map)
     target.use_regime(config.regime)  # a compiled profile times the compiled tree steps
-    path = cache_path(profile_key(target), cache_root())
-    if path.exists() and not args.force:
-        profile = load_profile(path)
-        print(f"cached profile {path} (measured {profile.measured}; --force measures again)", file=sys.stderr)
-    else:
-        with progress.enabled(not args.no_progress):
-            profile, path = measure_and_cache(target, cache_root(), sizes=sizes, shapes=args.shapes, prefix=args.prefix,
-                                              repeats=args.repeats)
-        print(f"wrote {path}", file=sys.stderr)
-    if out_file:
-        save_profile(profile, out_file)
-    key = profile.key
-    print(f"{key['model']} on {key['device_name']} ({key['device']}, {key['dtype']}, {key['threads']} threads, "
-          f"torch {key['torch']}); prefix {profile.prefix} tokens, median of {profile.repeats}")
-    print(profile.table())
+    if out_file and len(config.batch_sizes) > 1:
+        raise SpecbenchError("--out-file writes one profile: give one --batch-size with it")
+    for batch in config.batch_sizes:  # one profile per batch size (the batch axis), each cached on its own
+        path = cache_path(profile_key(target, batch=batch), cache_root())
+        if path.exists() and not args.force:
+            profile = load_profile(path)
+            print(f"cached profile {path} (measured {profile.measured}; --force measures again)", file=sys.stderr)
+        else:
+            grid = sizes if batch == 1 else [n for n in BATCH_SIZES if n <= max(sizes)]
+            with progress.enabled(not args.no_progress):
+                profile, path = measure_and_cache(target, cache_root(), sizes=grid, shapes=args.shapes,
+                                                  prefix=args.prefix, repeats=args.repeats, batch=batch)
+            print(f"wrote {path}", file=sys.stderr)
+        if out_file:
+            save_profile(profile, out_file)
+        key = profile.key
+        print(f"{key['model']} on {key['device_name']} ({key['device']}, {key['dtype']}, {key['threads']} threads, "
+              f"torch {key['torch']}); prefix {profile.prefix} tokens, median of {profile.repeats}"
+              + (f"; batch size {batch} (each tree padded to its bucket)" if batch > 1 else ""))
+        print(profile.table())
     return 0
 
 

@@ -1,0 +1,115 @@
+"""`auto` budgets per batch size (issue 43, item 4): the verify-cost profile's batch axis, a drafter's propose cost
+for B rows (`replay.RowsTogether`), the choice at each B (`choose.choose_at_batch`, recorded in
+`BudgetChoice.batches`), and a sweep that runs each batch size at its own budget and resumes with more sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specbench.harness.autobudget.choose import LoopTiming, choose_at_batch
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget
+from specbench.harness.autobudget.profile import (
+    VerifyProfile,
+    cache_path,
+    load_profile,
+    measure_profile,
+    profile_key,
+    save_profile,
+)
+from specbench.harness.autobudget.spec import AUTO, BudgetChoice
+from test_tree_budgets import tiny_run_setup  # noqa: F401  (the fixture)
+
+
+def test_a_batch_profile_times_b_rows_and_reads_costs_at_the_bucket(tiny_run_setup, tmp_path):  # noqa: F811
+    target, _, _ = tiny_run_setup
+    profile = measure_profile(target, sizes=[1, 2, 4, 8], shapes=["bushy"], prefix=8, repeats=2, warmup=1, batch=3)
+    assert profile.batch == 3 and profile.key == profile_key(target, batch=3) and profile.key["batch"] == 3
+    assert "batch" not in profile_key(target)  # batch-1 keys (and cache file names) stay as they were
+    assert cache_path(profile.key, tmp_path).name.endswith("-b3.json")
+    assert cache_path(profile_key(target), tmp_path).name != cache_path(profile.key, tmp_path).name
+    assert profile.cost_ms(3) == profile.cost_ms(4) and profile.cost_ms(5) == profile.cost_ms(8)  # padded to buckets
+    again = load_profile(save_profile(profile, tmp_path / "b3.json"))
+    assert again == profile and again.batch == 3
+    single = VerifyProfile(key={}, sizes=[1, 4], ms={"chain": [1.0, 4.0]})
+    assert single.cost_ms(3) == pytest.approx(3.0)  # batch 1 interpolates: its trees are not padded
+
+
+def test_the_choice_at_a_batch_size_uses_that_sizes_costs():
+    """Same replayed tau, but at B the verify cost grows with the tree and the propose cost is B rows': the
+    best budget shrinks, and the prediction is the throughput ratio with B's terms."""
+    points = [BudgetPoint(1, 1.0, 0.0), BudgetPoint(4, 1.8, 1.0), BudgetPoint(16, 2.2, 2.0)]
+    flat = VerifyProfile(key={}, sizes=[1, 4, 16], ms={"chain": [10.0, 10.0, 10.5]})
+    steep = VerifyProfile(key={}, sizes=[1, 4, 16], ms={"chain": [10.0, 16.0, 40.0]}, batch=8)
+    assert best_budget(points, flat, 1.0, 10.0)[0] == 16
+    choice = choose_at_batch(points, {1: 0.0, 4: 2.0, 16: 16.0}, steep, LoopTiming(10.0, 2.0, 10))
+    assert choice["how"] == AUTO and choice["budget"] == 4
+    assert choice["predicted_speedup"] == pytest.approx(1.8 * (10 + 2) / (16 + 2 + 2))
+    assert [p["draft_ms"] for p in choice["curve"]] == [0.0, 2.0, 16.0]  # B rows' propose cost, not batch 1's
+    recorded = BudgetChoice(16, AUTO, 2.0, batches={"8": choice})
+    assert recorded.at(1) == 16 and recorded.at(8) == 4 and recorded.at(2) == 16  # a size not chosen: batch 1's
+    assert BudgetChoice(**json.loads(json.dumps(recorded.to_json()))) == recorded
+
+
+def test_rows_together_replays_like_the_drafter_and_proposes_b_rows_at_once(tiny_run_setup):  # noqa: F811
+    from specbench.drafters.ngram import NgramDrafter
+    from specbench.harness.autobudget.replay import RowsTogether, replay
+    from specbench.harness.autobudget.trajectories import record_trajectory
+
+    target, _, _ = tiny_run_setup
+    prompt = target.tokenizer.encode("abc abc abc abc abc")
+    trajectory = record_trajectory(target, prompt, 16)
+    calls = []
+
+    class Counting(NgramDrafter):
+        def propose_rows(self, rows):
+            calls.append(len(rows))
+            return super().propose_rows(rows)
+
+    alone = replay(target, NgramDrafter(), trajectory, 16, 4)
+    together = replay(target, RowsTogether(Counting(), 3), trajectory, 16, 4)
+    assert together.output_ids == alone.output_ids and together.accept_lengths == alone.accept_lengths
+    assert calls and set(calls) == {3} and len(calls) == len(together.steps)
+
+
+def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_sizes(tiny_run_setup, tmp_path,  # noqa: F811
+                                                                                    monkeypatch):
+    from specbench.harness.autobudget import choose
+    from specbench.model import cache_root
+    from specbench.results import load_run
+    from test_tree_budgets import run_tiny
+
+    target, calibration, profile = tiny_run_setup
+    out = tmp_path / "run"
+    # batch 1: the flat profile given (large trees are free); batch 2: a cached steep one (every node costs)
+    steep = VerifyProfile(key=profile_key(target, batch=2), sizes=[1, 2, 4, 8], ms={"bushy": [5.0, 50.0, 100.0, 200.0]},
+                          batch=2)
+    save_profile(steep, cache_path(steep.key, cache_root()))
+    # a replayed curve whose tau grows with the budget (the tiny random model's own would be near 1 everywhere)
+    monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 0.0) for b in args[6]])
+    options = dict(calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8], limit=1)
+    run_tiny(target, out, batch_size=[1, 2], **options)
+    manifest = json.loads((out / "manifest.json").read_text())
+    ngram = manifest["budgets"]["ngram"]
+    at_two = ngram["batches"]["2"]
+    assert ngram["budget"] > 1 and at_two["how"] == AUTO and at_two["budget"] == 1  # each size its own choice
+    best = max(p["predicted_speedup"] for p in at_two["curve"])
+    assert at_two["predicted_speedup"] >= best * 0.995
+    assert [p["tau"] for p in at_two["curve"]] == [p["tau"] for p in ngram["curve"]]  # rows accept what one does
+    assert manifest["budgets"]["vanilla"]["batches"] == {}
+    batch_record = manifest["calibration"]["batches"]["2"]
+    assert batch_record["profile_source"] == str(cache_path(steep.key, cache_root()))
+    assert batch_record["loop"]["verify1_ms"] > 0
+    runs = load_run(out)
+    assert {a.tree_budget for a in runs["ngram"]} == {ngram["budget"]}
+    at_two_records = [json.loads(line) for line in (out / "batch-2" / "answers" / "ngram.jsonl").read_text().splitlines()]
+    assert {r["tree_budget"] for r in at_two_records} == {at_two["budget"]}
+
+    run_tiny(target, out, batch_size=[1, 2, 3], resume=True, **options)
+    again = json.loads((out / "manifest.json").read_text())["budgets"]["ngram"]
+    assert again["batches"]["2"] == at_two and again["budget"] == ngram["budget"]  # what ran stays recorded
+    assert again["batches"]["3"]["how"] == AUTO  # measured here: the tiny model's own profile at batch 3
+    assert load_profile(cache_path(profile_key(target, batch=3), cache_root())).batch == 3
+    at_three = [json.loads(line) for line in (out / "batch-3" / "answers" / "ngram.jsonl").read_text().splitlines()]
+    assert {r["tree_budget"] for r in at_three} == {again["batches"]["3"]["budget"]}
