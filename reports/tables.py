@@ -395,17 +395,32 @@ def batch_table(run: RunResults) -> Table | None:
         return None
     summary = summarize_run(run.path)
     data = summary[summary["category"] == OVERALL][
-        ["drafter", "batch_size", "throughput_tok_s", "throughput_speedup", "ms_per_token_p50", "ms_per_token_p95",
-         "tau", "equal_to_vanilla", "n_questions"]].reset_index(drop=True)
+        ["drafter", "batch_size", "tree_budget", "throughput_tok_s", "throughput_speedup", "ms_per_token_p50",
+         "ms_per_token_p95", "tau", "equal_to_vanilla", "n_questions"]].reset_index(drop=True)
+    choices = (run.manifest or {}).get("budgets") or {}
+    data["predicted_speedup"] = [predicted_at(choices.get(name), int(size))
+                                 for name, size in zip(data["drafter"], data["batch_size"])]
     display = pd.DataFrame({
         "Drafter": data["drafter"], "Batch": data["batch_size"].astype(int),
+        "Budget": [fmt(v, 0) for v in data["tree_budget"]],
         "Tokens/s": [fmt(v, 1) for v in data["throughput_tok_s"]],
         "× vanilla (same batch)": [fmt(v) for v in data["throughput_speedup"]],
+        "Predicted (`auto`)": [fmt(v) for v in data["predicted_speedup"]],
         "ms/token p50": [fmt(v, 1) for v in data["ms_per_token_p50"]],
         "ms/token p95": [fmt(v, 1) for v in data["ms_per_token_p95"]],
         "τ": [fmt(v) for v in data["tau"]], "Equal to vanilla": [pct(v) for v in data["equal_to_vanilla"]],
     })
     note = ("Throughput at batch B > 1: the generated tokens of every batch pass over the passes' measured wall "
             "time (rows refilled as sequences end); × vanilla divides by vanilla's throughput at the same batch "
-            "size. Equal to vanilla compares each sequence's ids with vanilla's at that batch size.")
+            "size. Equal to vanilla compares each sequence's ids with vanilla's at that batch size. Predicted: the "
+            "throughput speedup `auto` predicted when it chose the budget at that batch size (blank for fixed budgets).")
     return Table("batch_sizes", "Throughput and speedup by batch size", data, display, note)
+
+
+def predicted_at(choice: dict | None, size: int) -> float:
+    """The speedup `auto` predicted for a manifest's budget choice at batch size ``size`` (NaN when fixed)."""
+    if not choice or choice.get("how") != "auto":
+        return np.nan
+    chosen = choice if size == 1 else (choice.get("batches") or {}).get(str(size)) or {}
+    value = chosen.get("predicted_speedup")
+    return np.nan if value is None else float(value)

@@ -106,6 +106,15 @@ def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_siz
     at_two_records = [json.loads(line) for line in (out / "batch-2" / "answers" / "ngram.jsonl").read_text().splitlines()]
     assert {r["tree_budget"] for r in at_two_records} == {at_two["budget"]}
 
+    from specbench.reports.report import build_report
+    from specbench.reports.runs import load_runs
+
+    (section,) = build_report(load_runs([out])).sections[1:]
+    table = next(t for t in section.tables if t.name == "batch_sizes").data.set_index(["drafter", "batch_size"])
+    assert table.loc[("ngram", 1), "tree_budget"] == ngram["budget"] and table.loc[("ngram", 2), "tree_budget"] == 1
+    assert table.loc[("ngram", 2), "predicted_speedup"] == pytest.approx(at_two["predicted_speedup"])
+    assert table.loc[("ngram", 1), "predicted_speedup"] == pytest.approx(ngram["predicted_speedup"])
+
     run_tiny(target, out, batch_size=[1, 2, 3], resume=True, **options)
     again = json.loads((out / "manifest.json").read_text())["budgets"]["ngram"]
     assert again["batches"]["2"] == at_two and again["budget"] == ngram["budget"]  # what ran stays recorded
