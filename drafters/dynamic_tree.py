@@ -88,6 +88,80 @@ class TreeLayer(Protocol):
         """Predicted features [F, H] of the nodes attending keys/values [P, kv_heads, d] under mask [F, P]."""
 
 
+class Growth:
+    """One sequence's EAGLE-2 tree in the making (`grow`'s state), advanced level by level from outside, so
+    that several rows of a batch can run each level's draft-layer forward and scoring together (`grow_rows`).
+
+    Per level: `request` gives the frontier's tokens [F], their parents' predicted features [F, H] and the
+    draft positions [F]; `attention` takes the level's new keys/values [F, kv_heads, d] and gives every key and
+    value the frontier attends to ([C + T], the accepted cache then the tree so far) with its mask [F, C + T];
+    `take` takes the predicted features [F, H] and their draft log-probabilities [F, V'] and picks the next
+    frontier. `tree` is the budget's best candidates. ``log_probs(features [n, H], cut)`` is the row's own
+    scoring: draft log-probabilities [n, V'], ``cut`` the shared vocabulary's logits of those features when a
+    batch computed them for all its rows (else None)."""
+
+    def __init__(self, root: int, root_feature: torch.Tensor, cache_keys: torch.Tensor, cache_values: torch.Tensor,
+                 log_probs: Callable[..., torch.Tensor], token_ids: Callable[[torch.Tensor], torch.Tensor],
+                 budget: int, k: int, depth: int, root_position: int) -> None:
+        self.root, self.root_feature, self.token_ids, self.budget, self.k = root, root_feature, token_ids, budget, k
+        self.log_probs = log_probs
+        self.cache_keys, self.cache_values, self.root_position = cache_keys, cache_values, root_position
+        self.levels = min(depth, budget - 2)  # expansions left
+        self.level = 0
+        self.candidates = Candidates()
+        self.frontier: list[int] = []
+        self.parent_features: dict[int, torch.Tensor] = {}  # candidate -> its parent's predicted feature [H]
+        self.tree_keys: list[torch.Tensor] = []
+        self.tree_values: list[torch.Tensor] = []
+        self.tree_row: dict[int, int] = {}  # expanded candidate -> its row among the tree's keys/values
+
+    def take_root(self, log_probs: torch.Tensor) -> None:
+        """The root's draft log-probabilities [V'] (of ``root_feature``): its ``k`` children."""
+        top = log_probs.topk(self.k)
+        self.frontier = self.candidates.add(self.token_ids(top.indices).cpu(), top.values.cpu(), [-1] * self.k)
+        self.parent_features = {i: self.root_feature for i in self.frontier}
+
+    def request(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(tokens [F], parent features [F, H], positions [F]) of the next level, or None when grown."""
+        if self.level >= self.levels:
+            return None
+        device = self.root_feature.device
+        tokens = torch.tensor([self.candidates.tokens[i] for i in self.frontier], device=device)
+        parents = torch.stack([self.parent_features[i] for i in self.frontier])
+        return tokens, parents, torch.full((len(self.frontier),), self.root_position + self.level, device=device)
+
+    def attention(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The level's keys/values [F, kv_heads, d] added to the tree's; (keys [C + T, kv_heads, d], values, mask
+        bool [F, C + T]: the accepted cache and each node's own ancestors)."""
+        for row, index in enumerate(self.frontier, start=len(self.tree_row)):
+            self.tree_row[index] = row
+        self.tree_keys.append(keys)
+        self.tree_values.append(values)
+        device, frontier = keys.device, self.frontier
+        visible = torch.zeros(len(frontier), len(self.tree_row), dtype=torch.bool, device=device)  # [F, T]
+        for row, index in enumerate(frontier):
+            visible[row, [self.tree_row[a] for a in self.candidates.ancestors(index)]] = True
+        cached = torch.ones(len(frontier), self.cache_keys.shape[0], dtype=torch.bool, device=device)
+        return (torch.cat([self.cache_keys, *self.tree_keys]), torch.cat([self.cache_values, *self.tree_values]),
+                torch.cat([cached, visible], 1))
+
+    def take(self, out: torch.Tensor, log_probs: torch.Tensor) -> None:
+        """The level's predicted features [F, H] and their draft log-probabilities [F, V']: each node's ``k``
+        children, scored parent + log p, and the ``k`` best of them as the next frontier."""
+        top = log_probs.topk(self.k)  # [F, k]
+        frontier, k = self.frontier, self.k
+        scores = torch.tensor([self.candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()  # [F, k]
+        children = self.candidates.add(self.token_ids(top.indices).flatten().cpu(), scores.flatten(),
+                                       [i for i in frontier for _ in range(k)])
+        for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
+            self.parent_features[child] = out[parent_row]
+        self.frontier = self.candidates.best(children, k)
+        self.level += 1
+
+    def tree(self) -> DraftTree:
+        return self.candidates.tree(self.root, self.budget)
+
+
 def grow(layer: TreeLayer, root: int, root_feature: torch.Tensor, cache_keys: torch.Tensor, cache_values: torch.Tensor,
          log_probs: Callable[[torch.Tensor], torch.Tensor], token_ids: Callable[[torch.Tensor], torch.Tensor],
          budget: int, k: int, depth: int, root_position: int) -> DraftTree:
@@ -96,38 +170,40 @@ def grow(layer: TreeLayer, root: int, root_feature: torch.Tensor, cache_keys: to
     The root's predicted feature root_feature [H] scores ``k`` depth-1 candidates; each of up to ``depth``
     expansions runs the ``k`` best frontier nodes through ``layer`` in one batch, each attending to the
     accepted cache (cache_keys/values [C, kv_heads, d]) and its own ancestors, at draft position
-    ``root_position + level``; each proposes ``k`` children scored parent + log p. ``log_probs`` maps
-    features [n, H] to draft log-probabilities [n, V']; ``token_ids`` maps draft indices to target ids."""
+    ``root_position + level``; each proposes ``k`` children scored parent + log p. ``log_probs(features [n, H],
+    None)`` gives draft log-probabilities [n, V'] (`Growth`); ``token_ids`` maps draft indices to target ids."""
     if budget < 2:
         return DraftTree.root_only(root)
-    device = root_feature.device
-    candidates = Candidates()
-    top = log_probs(root_feature[None])[0].topk(k)
-    frontier = candidates.add(token_ids(top.indices).cpu(), top.values.cpu(), [-1] * k)
-    parent_features = {i: root_feature for i in frontier}  # candidate -> its parent's predicted feature
-    tree_keys: list[torch.Tensor] = []
-    tree_values: list[torch.Tensor] = []
-    tree_row: dict[int, int] = {}  # expanded candidate -> its row among the tree's keys/values
-    for level in range(min(depth, budget - 2)):
-        tokens = torch.tensor([candidates.tokens[i] for i in frontier], device=device)
-        inputs = layer.node_inputs(tokens, torch.stack([parent_features[i] for i in frontier]))
-        positions = torch.full((len(frontier),), root_position + level, device=device)
-        keys, values = layer.node_keys_values(inputs, positions)
-        for row, index in enumerate(frontier, start=len(tree_row)):
-            tree_row[index] = row
-        tree_keys.append(keys)
-        tree_values.append(values)
-        visible = torch.zeros(len(frontier), len(tree_row), dtype=torch.bool, device=device)  # [F, T]
-        for row, index in enumerate(frontier):
-            visible[row, [tree_row[a] for a in candidates.ancestors(index)]] = True
-        mask = torch.cat([torch.ones(len(frontier), cache_keys.shape[0], dtype=torch.bool, device=device), visible], 1)
-        out = layer.node_attend(inputs, positions, torch.cat([cache_keys, *tree_keys]),
-                                torch.cat([cache_values, *tree_values]), mask)  # [F, H] predicted features
-        top = log_probs(out).topk(k)  # [F, k]
-        scores = torch.tensor([candidates.scores[i] for i in frontier])[:, None] + top.values.cpu()  # [F, k]
-        children = candidates.add(token_ids(top.indices).flatten().cpu(), scores.flatten(),
-                                  [i for i in frontier for _ in range(k)])
-        for child, parent_row in zip(children, [r for r in range(len(frontier)) for _ in range(k)]):
-            parent_features[child] = out[parent_row]
-        frontier = candidates.best(children, k)
-    return candidates.tree(root, budget)
+    growth = Growth(root, root_feature, cache_keys, cache_values, log_probs, token_ids, budget, k, depth, root_position)
+    growth.take_root(log_probs(root_feature[None], None)[0])
+    while (request := growth.request()) is not None:
+        tokens, parents, positions = request
+        inputs = layer.node_inputs(tokens, parents)
+        keys, values, mask = growth.attention(*layer.node_keys_values(inputs, positions))
+        out = layer.node_attend(inputs, positions, keys, values, mask)  # [F, H] predicted features
+        growth.take(out, log_probs(out, None))
+    return growth.tree()
+
+
+def grow_rows(layer: TreeLayer, growths: list[Growth], shared_cut: Callable[[torch.Tensor], torch.Tensor]
+              ) -> list[DraftTree]:
+    """`grow` for several rows of a batch in step: each level, every growing row's frontier through ``layer`` in
+    one forward (N = the rows' F nodes; each node attends to its own row's cache and ancestors only: a
+    block-diagonal mask over the rows' keys), and the shared vocabulary's logits of all of them in one product
+    (``shared_cut``: features [N, H] -> [N, V']), each row then scoring its own part (its context columns).
+    Gives each row the tree `grow` gives it (up to fp rounding)."""
+    roots = torch.stack([g.root_feature for g in growths])  # [R, H]
+    for growth, feature, cut in zip(growths, roots.split(1), shared_cut(roots).split(1)):
+        growth.take_root(growth.log_probs(feature, cut)[0])
+    while live := [(g, r) for g in growths if (r := g.request()) is not None]:
+        tokens, parents, positions = (torch.cat([r[i] for _, r in live]) for i in range(3))
+        inputs = layer.node_inputs(tokens, parents)
+        new_keys, new_values = layer.node_keys_values(inputs, positions)  # [N, kv_heads, d]
+        counts = [len(r[0]) for _, r in live]
+        parts = [g.attention(k, v) for (g, _), k, v in zip(live, new_keys.split(counts), new_values.split(counts))]
+        mask = torch.block_diag(*[m for _, _, m in parts])  # [N, sum of the rows' C + T]
+        out = layer.node_attend(inputs, positions, torch.cat([k for k, _, _ in parts]),
+                                torch.cat([v for _, v, _ in parts]), mask)  # [N, H]
+        for (growth, _), part, cut in zip(live, out.split(counts), shared_cut(out).split(counts)):
+            growth.take(part, growth.log_probs(part, cut))
+    return [growth.tree() for growth in growths]

@@ -28,7 +28,7 @@ from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
-from specbench.drafters.dynamic_tree import grow
+from specbench.drafters.dynamic_tree import Growth, grow, grow_rows
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.errors import DrafterOptionError
 from specbench.tree import DraftTree
@@ -119,9 +119,10 @@ class EagleDrafter(CheckpointDrafter):
     def start_sequence(self) -> None:
         self.cache = PrefixCache()
 
-    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
-        """features [n, H] -> draft log-probabilities [n, V'] over the draft vocabulary."""
-        return self.vocab.logits(features).float().log_softmax(dim=-1)
+    def log_probs(self, features: torch.Tensor, cut: torch.Tensor | None = None) -> torch.Tensor:
+        """features [n, H] -> draft log-probabilities [n, V'] over the draft vocabulary (``cut``: its
+        `DraftVocab.cut_logits` of ``features`` when already computed)."""
+        return self.vocab.logits(features, cut).float().log_softmax(dim=-1)
 
     def extend_cache(self, ctx: DraftContext) -> torch.Tensor:
         """Append the newly accepted positions to the cache; the predicted feature after the root [H]."""
@@ -150,3 +151,19 @@ class EagleDrafter(CheckpointDrafter):
         return grow(self, ctx.root, root_feature, self.cache.keys, self.cache.values, self.log_probs,
                     self.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1), self.depth,
                     root_position=len(ctx.tokens) - 1)  # a depth-d candidate's pair sits at root + d - 1
+
+    @torch.inference_mode()
+    def propose_rows(self, rows):
+        """Every row's cache extended on its own (accepted counts differ), then the rows' trees grown in step
+        (`dynamic_tree.grow_rows`): each level's draft layer and vocabulary product once for all rows."""
+        if len(rows) == 1 or rows[0][1].budget < 2:
+            return super().propose_rows(rows)
+        growths = []
+        for drafter, ctx in rows:
+            drafter.follow_context(ctx)
+            root_feature = drafter.extend_cache(ctx)  # [H]
+            growths.append(Growth(ctx.root, root_feature, drafter.cache.keys, drafter.cache.values, drafter.log_probs,
+                                  drafter.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1), self.depth,
+                                  root_position=len(ctx.tokens) - 1))
+        self._embed = rows[0][1].target.embed_tokens
+        return grow_rows(self, growths, self.vocab.cut_logits)

@@ -36,7 +36,7 @@ from specbench import kv
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.draft_vocab import DraftVocab
-from specbench.drafters.dynamic_tree import grow
+from specbench.drafters.dynamic_tree import Growth, grow, grow_rows
 from specbench.drafters.layers import ROPE_BASE, KVCache, rope
 from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
 from specbench.errors import DrafterOptionError, SpecbenchError
@@ -279,9 +279,14 @@ class Eagle3Drafter(CheckpointDrafter):
             raise SpecbenchError("eagle3: the target's decoder ran but its layer taps recorded nothing")
         return states[-m:]
 
-    def log_probs(self, h: torch.Tensor) -> torch.Tensor:
-        """h [n, H] -> log-probabilities [n, V'] over the draft vocabulary."""
-        return self.vocab.logits(self.module.norm(h)).float().log_softmax(dim=-1)
+    def log_probs(self, h: torch.Tensor, cut: torch.Tensor | None = None) -> torch.Tensor:
+        """h [n, H] -> log-probabilities [n, V'] over the draft vocabulary (``cut``: `cut_logits` of h when
+        already computed)."""
+        return self.vocab.logits(self.module.norm(h), cut).float().log_softmax(dim=-1)
+
+    def cut_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [n, H] -> the draft vocabulary's logits [n, V'] (no context columns: its own head has none)."""
+        return self.vocab.cut_logits(self.module.norm(h))
 
     def extend_cache(self, ctx: DraftContext) -> torch.Tensor:
         """Append the newly accepted positions to the cache; h [H] of the newest (the root's predecessor)."""
@@ -313,6 +318,20 @@ class Eagle3Drafter(CheckpointDrafter):
         return grow(self, ctx.root, root_h, self.cache.keys, self.cache.values, self.log_probs, self.vocab.token_ids,
                     ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size), self.depth,
                     root_position=len(ctx.tokens) - 1)
+
+    @torch.inference_mode()
+    def propose_rows(self, rows):
+        """As eagle's: each row's cache extended on its own, then the trees grown in step (`grow_rows`)."""
+        if len(rows) == 1 or rows[0][1].budget < 2:
+            return super().propose_rows(rows)
+        growths = []
+        for drafter, ctx in rows:
+            root_h = drafter.extend_cache(ctx)  # [H]
+            growths.append(Growth(ctx.root, root_h, drafter.cache.keys, drafter.cache.values, drafter.log_probs,
+                                  drafter.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size),
+                                  self.depth, root_position=len(ctx.tokens) - 1))
+        self._embed = rows[0][1].target.embed_tokens
+        return grow_rows(self, growths, self.cut_logits)
 
 def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
     """An `Eagle3Module` for ``target`` from recipe hyper-parameters (``num_heads``, ``num_kv_heads``, ``inner``,

@@ -152,12 +152,15 @@ def test_builtin_drafter_row_copies_keep_their_own_state(tiny_target):
     assert mismatches(outputs, jobs, refs) == []
 
 
-@pytest.mark.parametrize("name", ["medusa", "hydra"])
-def test_head_drafters_batched_propose_gives_the_row_by_row_trees(tiny_target, drafter_for, name):
-    """The head drafters' `propose_rows` (every row's tree grown in step; medusa: its heads once for every row;
-    hydra: each depth's head once for every row's frontier) proposes the trees each row's own `propose` gives,
-    and a batch of their rows still equals greedy decoding; a planted wrong row slice is caught."""
+@pytest.mark.parametrize("name", ["medusa", "hydra", "eagle", "eagle3"])
+def test_batched_proposes_give_the_row_by_row_trees(tiny_target, drafter_for, name, monkeypatch):
+    """The trained drafters' `propose_rows` (every row's tree grown in step; medusa: its heads once for every
+    row; hydra: each depth's head once for every row's frontier; eagle, eagle3: each level's draft layer once
+    for every row's frontier, a block-diagonal mask keeping rows apart) proposes the trees each row's own
+    `propose` gives, and a batch of their rows still equals greedy decoding; a planted leak between rows is
+    caught (heads reading the rows rolled by one; a mask pointing every row's nodes at row 0's keys)."""
     drafter = drafter_for(name, tiny_target)
+    budget = 24 if name.startswith("eagle") else 8  # eagle's trees reach below the root's children (the layer's part)
 
     def contexts(rows):
         out = []
@@ -166,7 +169,7 @@ def test_head_drafters_batched_propose_gives_the_row_by_row_trees(tiny_target, d
             logits, hidden = tiny_target.prefill(torch.tensor(prompt), kv.new_cache())  # [V], [L, H]
             root = int(logits.argmax())
             out.append((row, DraftContext(tokens=torch.tensor(prompt + [root]), root=root, hidden=hidden,
-                                          target=tiny_target.handle, budget=8, span=lambda _: contextlib.nullcontext())))
+                                          target=tiny_target.handle, budget=budget, span=lambda _: contextlib.nullcontext())))
         return out
 
     def shape(tree):
@@ -180,6 +183,15 @@ def test_head_drafters_batched_propose_gives_the_row_by_row_trees(tiny_target, d
     refs = references(tiny_target, jobs)
     assert mismatches(run_batch(tiny_target, drafter, jobs, 3), jobs, refs) == []
 
+    if name in ("eagle", "eagle3"):
+        def first_rows_keys(*blocks):  # the planted bug: every row's nodes attend to row 0's keys
+            mask = torch.zeros(sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks), dtype=torch.bool)
+            mask[:, : blocks[0].shape[1]] = True
+            return mask
+
+        monkeypatch.setattr(torch, "block_diag", first_rows_keys)
+        assert [shape(t) for t in drafter.propose_rows(contexts(rows))] != alone
+        return
     module = drafter.module if name == "medusa" else drafter.module.heads[0]
     real_forward = module.forward  # the planted bug: the heads read the rows rolled by one
     module.forward = lambda h, *rest: real_forward(h.roll(1, dims=0) if h.dim() == 2 else h, *rest)
@@ -263,6 +275,13 @@ def test_eagle3_rows_draft_what_each_drafts_alone(llama_target, tmp_path):
             tree = super().propose(ctx)
             self.trees.setdefault(self._prompt, []).append((tree.tokens.tolist(), tree.parents.tolist()))
             return tree
+
+        def propose_rows(self, rows):  # rows grown together (`grow_rows`) record their trees here
+            trees = super().propose_rows(rows)
+            if len(rows) > 1 and rows[0][1].budget > 1:
+                for (drafter, _), tree in zip(rows, trees):
+                    self.trees.setdefault(drafter._prompt, []).append((tree.tokens.tolist(), tree.parents.tolist()))
+            return trees
 
         def reset(self, target):
             super().reset(target)
