@@ -67,18 +67,45 @@ class CTCDrafter(CheckpointDrafter):
 
     @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> DraftTree:
+        self.extend_context(ctx)
+        if ctx.budget == 1:
+            return DraftTree.root_only(ctx.root)
+        return self.transform(ctx, self.context.draft_logits(self.module, self.vocab.logits))
+
+    def extend_context(self, ctx: DraftContext) -> None:
+        """The accepted positions (and the tokens that followed them) into this sequence's context cache."""
         self.follow_context(ctx)
         following = ctx.tokens[-ctx.hidden.shape[0] :].to(ctx.target.device)  # the tokens after the new positions
         self.context.extend(self.module, ctx.first_new_position, ctx.hidden, ctx.target.embed_tokens(following),
                             self.name or self.method)
-        if ctx.budget == 1:
-            return DraftTree.root_only(ctx.root)
-        logits = self.context.draft_logits(self.module, self.vocab.logits)  # [T, V' (+1)]
+
+    def transform(self, ctx: DraftContext, logits: torch.Tensor) -> DraftTree:
+        """The CTC transform of the slots' logits [T, V' (+1)] into this step's tree (timed as ``transform``)."""
         tokens, probs, blanks = slot_candidates(logits, self.module.blank is not None, self.top_k, self.min_prob,
                                                 self.vocab.columns)
         with ctx.span("transform"):
             candidates = prefix_beam_search(tokens, probs, blanks, search_beam(self.beam, ctx.budget))
             return candidate_tree(ctx.root, candidates, ctx.budget)
+
+    @torch.inference_mode()
+    def propose_rows(self, rows):
+        """Every row's context extended on its own, then the slots of all rows in one forward of the slot layer:
+        row r's slots attend to its own context only (the rows' contexts concatenated [P, heads, d] under a
+        block mask [R, P]); each row then scores its slots over its own vocabulary and runs its transform."""
+        if len(rows) == 1 or rows[0][1].budget == 1:
+            return super().propose_rows(rows)
+        for drafter, ctx in rows:
+            drafter.extend_context(ctx)
+        contexts = [drafter.context for drafter, _ in rows]
+        module = self.module
+        device = contexts[0].last.device
+        mask = torch.block_diag(*[torch.ones(1, c.length, dtype=torch.bool, device=device) for c in contexts])  # [R, P]
+        positions = torch.stack([c.length + torch.arange(module.num_slots, device=device) for c in contexts])  # [R, T]
+        features = module.slot_features(module.slot_inputs(torch.stack([c.last for c in contexts])), positions,
+                                        torch.cat([c.keys for c in contexts]), torch.cat([c.values for c in contexts]),
+                                        mask)  # [R, T, H]
+        return [drafter.transform(ctx, module.logits(features[r], drafter.vocab.logits))
+                for r, (drafter, ctx) in enumerate(rows)]
 
 
 class CTCCrossEntropyDrafter(CTCDrafter):

@@ -152,13 +152,15 @@ def test_builtin_drafter_row_copies_keep_their_own_state(tiny_target):
     assert mismatches(outputs, jobs, refs) == []
 
 
-@pytest.mark.parametrize("name", ["medusa", "hydra", "eagle", "eagle3"])
+@pytest.mark.parametrize("name", ["medusa", "hydra", "eagle", "eagle3", "ctc", "ctc-ce"])
 def test_batched_proposes_give_the_row_by_row_trees(tiny_target, drafter_for, name, monkeypatch):
     """The trained drafters' `propose_rows` (every row's tree grown in step; medusa: its heads once for every
     row; hydra: each depth's head once for every row's frontier; eagle, eagle3: each level's draft layer once
-    for every row's frontier, a block-diagonal mask keeping rows apart) proposes the trees each row's own
+    for every row's frontier, a block-diagonal mask keeping rows apart; ctc, ctc-ce: every row's slots in one
+    forward of the slot layer, each over its own context) proposes the trees each row's own
     `propose` gives, and a batch of their rows still equals greedy decoding; a planted leak between rows is
-    caught (heads reading the rows rolled by one; a mask pointing every row's nodes at row 0's keys)."""
+    caught (heads or ctc's slot streams reading the rows rolled by one; a mask pointing every eagle row's nodes
+    at row 0's keys)."""
     drafter = drafter_for(name, tiny_target)
     budget = 24 if name.startswith("eagle") else 8  # eagle's trees reach below the root's children (the layer's part)
 
@@ -192,13 +194,12 @@ def test_batched_proposes_give_the_row_by_row_trees(tiny_target, drafter_for, na
         monkeypatch.setattr(torch, "block_diag", first_rows_keys)
         assert [shape(t) for t in drafter.propose_rows(contexts(rows))] != alone
         return
-    module = drafter.module if name == "medusa" else drafter.module.heads[0]
-    real_forward = module.forward  # the planted bug: the heads read the rows rolled by one
-    module.forward = lambda h, *rest: real_forward(h.roll(1, dims=0) if h.dim() == 2 else h, *rest)
-    try:
-        assert [shape(t) for t in drafter.propose_rows(contexts(rows))] != alone
-    finally:
-        module.forward = real_forward
+    # the planted bug: the heads (ctc: the slot streams) read the rows rolled by one
+    module, part = (drafter.module.heads[0] if name == "hydra" else drafter.module,
+                    "slot_inputs" if name.startswith("ctc") else "forward")
+    real = getattr(module, part)
+    monkeypatch.setattr(module, part, lambda h, *rest: real(h.roll(1, dims=0) if h.dim() == 2 else h, *rest))
+    assert [shape(t) for t in drafter.propose_rows(contexts(rows))] != alone
 
 
 # ---- the real default model ------------------------------------------------------------------------------
