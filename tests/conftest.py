@@ -49,7 +49,7 @@ def private_specbench_cache(tmp_path_factory):
         os.environ["SPECBENCH_CACHE"] = before
 
 #: test modules that run every registered drafter on the real default model (create_drafter(name): the shipped
-#: checkpoint); a trained drafter with no shipped checkpoint for it (eagle3, issue 44 item 2) is skipped there
+#: checkpoint); a trained drafter with no shipped checkpoint for it is skipped there
 DEFAULT_MODEL_MODULES = ("test_default_model.py",)
 
 
