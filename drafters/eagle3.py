@@ -9,8 +9,8 @@ Read from the released code, not copied: SafeAILab/EAGLE at cb7e0841 (``eagle/mo
 N // 2 and N - 3 of N layers, low, middle, high; speculators' ``eagle_aux_hidden_state_layer_ids``) are
 concatenated, [g_lo; g_mid; g_hi] (3H), and fused by ``fc`` (3H -> H, no bias) into g_t. specbench reads them
 through the target's `specbench.model.LayerTap` (forward hooks that keep what the harness's own forwards
-compute: no extra target work). Where no forward ran (replay), the drafter runs the target's decoder on a cache
-of its own over the accepted tokens to get them.
+compute: no extra target work; replay's stand-in target records them too). Where no forward was recorded, the
+drafter runs the target's decoder on a cache of its own over the accepted tokens to get them.
 
 **Layer.** One decoder layer whose attention reads 2H: ``[input_layernorm(E(x_{t+1})); hidden_norm(g_t)]``
 (embedding first); the residual is g_t itself (``norm_before_residual``: the normed g_t), then a pre-norm
@@ -248,7 +248,7 @@ class Eagle3Drafter(CheckpointDrafter):
     def target_features(self, ctx: DraftContext) -> torch.Tensor:
         """[m, k H]: the target's hidden states entering the ``layer_ids`` layers at the m positions of ``ctx.hidden``:
         from its prefill's forward at the first call, from the step the last `accept` kept after; from the
-        drafter's own target forward where neither was recorded (replay)."""
+        drafter's own target forward where neither was recorded."""
         taps, m = ctx.target.taps, ctx.hidden.shape[0]
         self._taps, self._row = taps, ctx.row
         if self._first:
@@ -257,14 +257,14 @@ class Eagle3Drafter(CheckpointDrafter):
             states = self._pending
         self._first, self._pending = False, None
         if states is None or states.shape[0] != m:
-            with ctx.span("replayed_target"):  # replay's stand-in for the taps: not the drafter's own cost
+            with ctx.span("replayed_target"):  # the target's work, redone: not the drafter's own cost
                 states = self.own_forward(ctx)
         self._proposed_at = taps.forwards
         return states.to(ctx.hidden.device, ctx.hidden.dtype)
 
     def own_forward(self, ctx: DraftContext) -> torch.Tensor:
-        """The features of the m newest positions from the target's decoder run on the drafter's own cache (replay,
-        where the harness runs no forward): the same numbers up to fp rounding, at a target forward's cost. The
+        """The features of the m newest positions from the target's decoder run on the drafter's own cache (where
+        no forward recorded them): the same numbers up to fp rounding, at a target forward's cost. The
         cache catches up from wherever it stopped (positions whose features came from the taps)."""
         start, m = ctx.first_new_position, ctx.hidden.shape[0]
         if self._own_cache is None:

@@ -208,6 +208,7 @@ class LayerTap:
         self._history: dict[int, tuple[dict[int, torch.Tensor], list[str | None]]] = {}  # number -> (states, [kind])
         self.forwards = 0
         self.last_step = 0  # the number of the latest forward marked "step"
+        self._aside = False  # `aside`: the forward running now is not numbered
 
     @property
     def num_layers(self) -> int:
@@ -230,11 +231,37 @@ class LayerTap:
             else:
                 self._hooks[i] = self._layers[i - 1].register_forward_hook(self._leaving(i))
 
+    @property
+    def requested(self) -> list[int]:
+        """The layer ids recorded from every forward (all that any drafter has asked for)."""
+        return sorted(self._hooks)
+
     def _count(self, module, args) -> None:
-        self.forwards += 1
         self._latest = {}
+        if self._aside:
+            return
+        self.forwards += 1
         self._history[self.forwards] = (self._latest, [None])
         self._history.pop(self.forwards - self.HISTORY, None)
+
+    def aside(self, forward) -> dict[int, torch.Tensor]:
+        """Run ``forward()`` (one forward of the decoder) unnumbered, so no drafter mistakes it for a prefill
+        or a step, and return what it recorded: {layer id: Tensor[B, n, H]}. Replay computes a whole trajectory's
+        taps at once this way, then hands each of its stand-in forwards to `record`."""
+        self._aside = True
+        try:
+            forward()
+        finally:
+            self._aside = False
+        recorded, self._latest = self._latest, self._history.get(self.forwards, ({}, None))[0]
+        return recorded
+
+    def record(self, states: dict[int, torch.Tensor], kind: str) -> None:
+        """A forward the target did not run, stood in for (replay): numbered and marked ``kind`` as if it had,
+        with ``states`` {layer id: Tensor[B, n, H]} as its recorded states."""
+        self._count(None, None)
+        self._latest.update(states)
+        self.mark(kind)
 
     def mark(self, kind: str) -> None:
         """The target says what its latest forward was: ``"prefill"`` (one sequence's prompt) or ``"step"`` (a

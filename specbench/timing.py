@@ -35,7 +35,8 @@ class _Mark(AbstractContextManager):
 
 #: sub-stages of the draft stage recorded apart from it: ``transform`` (CTC's draft transform, the drafter's own
 #: cost, counted in `specbench.results.Step.draft_ms`) and ``replayed_target`` (a drafter running the target
-#: itself for state a real run's forwards record for free, as eagle3 does in replay: not the drafter's cost)
+#: itself for state a real run's forwards record for free, as eagle3 does when no forward recorded its layer
+#: taps: not the drafter's cost)
 SUB_STAGES = ("transform", "replayed_target")
 
 

@@ -70,27 +70,56 @@ def test_taps_record_the_hidden_states_entering_layers(tiny_target):
     assert taps.states([2]).shape == (len(PROMPTS[0]), 32)  # the last layer's output, before the final norm
 
 
-def test_replay_without_target_forwards_drafts_as_the_real_run(llama_target, stem):
-    """With no harness forward recorded (replay), eagle3 runs the target's decoder itself: same trees."""
+class NoTaps(Eagle3Drafter):
+    """eagle3 as if no forward had recorded its layer taps: it runs the target's decoder itself."""
+
+    def target_features(self, ctx):
+        self._first, self._pending = False, None
+        return super().target_features(ctx)
+
+
+def test_without_recorded_taps_eagle3_drafts_as_the_real_run(llama_target, stem):
+    """With no forward's taps to read, eagle3 runs the target's decoder itself: same trees."""
     real = recorded(Eagle3Drafter(checkpoint=str(stem)), llama_target, PROMPTS[2], 8)
-
-    class NoTaps(Eagle3Drafter):
-        def target_features(self, ctx):
-            self._first, self._pending = False, None  # as if nothing had been recorded
-            return super().target_features(ctx)
-
     assert recorded(NoTaps(checkpoint=str(stem)), llama_target, PROMPTS[2], 8) == real
 
 
-def test_replay_does_not_count_its_own_target_forward_as_drafting(llama_target, stem):
-    """In replay eagle3 runs the target itself for the features a real run's forwards record for free; that
-    time is its own sub-stage (``replayed_target``), left out of the draft cost `auto` predicts with."""
+def test_replay_hands_eagle3_the_taps_a_run_records(llama_target, stem):
+    """Replay's stand-in target records the trajectory's layer taps for each prefill and step, so eagle3 reads
+    them as in a real run (same trees) and never runs the target itself (the calibration cost it once had)."""
+    from specbench.harness.autobudget.replay import replay
+    from specbench.harness.autobudget.trajectories import record_trajectory
+
+    real = recorded(Eagle3Drafter(checkpoint=str(stem)), llama_target, PROMPTS[2], 8, n=12)[1]
+    trajectory = record_trajectory(llama_target, PROMPTS[2], 12)
+    trees, calls = [], []
+
+    class Spy(Eagle3Drafter):
+        def propose(self, ctx):
+            tree = super().propose(ctx)
+            trees.append((tree.tokens.tolist(), tree.parents.tolist()))
+            return tree
+
+        def own_forward(self, ctx):
+            calls.append(ctx.first_new_position)
+            return super().own_forward(ctx)
+
+    drafter = Spy(checkpoint=str(stem))
+    steps = replay(llama_target, drafter, trajectory, 12, 8).steps
+    assert trees == real and not calls
+    assert all("replayed_target" not in step.stage_ms for step in steps)
+    assert set(drafter.module.layer_ids) <= set(trajectory.taps)  # computed once, kept for the next budget
+
+
+def test_the_target_run_again_is_not_counted_as_drafting(llama_target, stem):
+    """Where eagle3 runs the target itself for the features a real run's forwards record for free, that time is
+    its own sub-stage (``replayed_target``), left out of the draft cost `auto` predicts with."""
     import time
 
     from specbench.harness.autobudget.replay import replay
     from specbench.harness.autobudget.trajectories import record_trajectory
 
-    class SlowTarget(Eagle3Drafter):
+    class SlowTarget(NoTaps):
         def own_forward(self, ctx):
             time.sleep(0.05)
             return super().own_forward(ctx)

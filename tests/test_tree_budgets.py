@@ -128,6 +128,55 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
     assert len(load_run(out)["ngram"]) == 2
 
 
+def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_run_setup, tmp_path, monkeypatch):
+    """A drafter whose propose costs 20 ms more in a run than in replay (as a CPU's caches, emptied by the target's
+    forward, make it): `auto` measures the ratio on the first calibration turn and predicts with run costs."""
+    import time
+
+    from specbench.drafters.ngram import NgramDrafter
+    from specbench.harness.autobudget import replay as replay_module
+    from specbench.harness.autobudget.choose import measure_draft_ratio
+    from specbench.harness.autobudget.trajectories import record_trajectory
+    from specbench.registry import register_drafter
+
+    replaying = []
+    forward_tree = replay_module.TrajectoryTarget.forward_tree
+
+    def flagged(self, tree, cache):
+        replaying.append(True)
+        return forward_tree(self, tree, cache)
+
+    monkeypatch.setattr(replay_module.TrajectoryTarget, "forward_tree", flagged)
+
+    class ColdInRuns(NgramDrafter):
+        def reset(self, target):
+            super().reset(target)
+            replaying.clear()
+
+        def propose(self, ctx):
+            if not replaying:  # no stand-in forward has run in this sequence: a real run
+                time.sleep(0.02)
+            return super().propose(ctx)
+
+    target, calibration, profile = tiny_run_setup
+    trajectory = record_trajectory(target, target.tokenizer.encode("abc abc abc abc"), 12)
+    measured = measure_draft_ratio(target, ColdInRuns(), trajectory, 4, 12)
+    assert measured["run_ms"] >= 20 > measured["replay_ms"] and measured["ratio"] == pytest.approx(
+        measured["run_ms"] / measured["replay_ms"])
+
+    from specbench import registry
+
+    monkeypatch.setattr(registry, "_decorated", dict(registry._decorated))  # the plug-in leaves with the test
+    register_drafter("cold-ngram")(ColdInRuns)
+    out = tmp_path / "run"
+    run_tiny(target, out, drafters=["vanilla", "cold-ngram"], calibration=str(calibration), profile=str(profile),
+             auto_budgets=[1, 2, 4])
+    manifest = json.loads((out / "manifest.json").read_text())
+    ratio = manifest["calibration"]["draft_ratio"]["cold-ngram"]
+    assert ratio["ratio"] > 10 and ratio["run_ms"] >= 20
+    assert all(point["draft_ms"] >= 20 for point in manifest["budgets"]["cold-ngram"]["curve"] if point["budget"] > 1)
+
+
 def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     """A two-turn calibration question gives two trajectories; the second turn's prompt carries the target's
     own greedy first answer, as `question_trajectories` (what a run decodes) builds it."""
@@ -230,7 +279,8 @@ def test_calibration_trajectories_and_curves_are_cached(tiny_run_setup, tmp_path
     run_tiny(target, tmp_path / "a", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
     cached = sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file())
     assert len([n for n in cached if n.startswith("trajectories-")]) == 1
-    assert len([n for n in cached if n.startswith("ngram-")]) == 1
+    assert len([n for n in cached if n.startswith("ngram-ratio-")]) == 1  # the run/replay draft ratio
+    assert len([n for n in cached if n.startswith("ngram-") and "-ratio-" not in n]) == 1  # the curve
     assert len([n for n in cached if n.startswith("loop-")]) == 1  # the loop is timed once per machine
     run_tiny(target, tmp_path / "b", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
     assert sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file()) == cached

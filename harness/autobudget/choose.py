@@ -8,18 +8,23 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
 3. the loop, measured on one calibration prompt with plain decoding: verify ms of a one-node step (v1)
    and the rest of a step (overhead o: accept, KV commit, bookkeeping); measured once per machine and
    cached, so that the choice does not flip between runs on noise;
-4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + d(b) + o), where r(b) = t(b) / t(1) from the
+4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + c d(b) + o), where r(b) = t(b) / t(1) from the
    verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
    another moment, or on another machine of the same kind, still applies), and the budget that
-   maximises it.
+   maximises it;
+5. c, the drafter's *run/replay draft ratio*: its propose ms per step in a real run over replay's, on the first
+   calibration turn at the budget step 4 picks with c = 1 (then the choice is made again with c). Replay
+   proposes back to back, its weights warm in the CPU's caches; in a run the target's forward, streaming
+   hundreds of MB of weights, evicts them between proposes. The README's main job measured c = 1.4-1.75 for
+   the trained drafters (docs/performance.md, "`auto`'s draft cost"); without it `auto` over-promised.
 
 At each batch size B > 1 of the run (``--batch-size``) the same prediction is made with B's own terms, and
 the budget chosen there is recorded in `BudgetChoice.batches`: the prediction is a *throughput* speedup over
 vanilla at B. Every row of a batch accepts what it would alone (exactness), so tau(b) is batch 1's; v1, o
 and r(b) come from B rows (the loop timed with B plain-decoding rows, the profile at B, `profile.batch_profile`);
 d(b) is the drafter's propose cost for B rows (`replay.RowsTogether`: B identical rows through
-`Drafter.propose_rows`, replayed over the first `BATCH_DRAFT_TURNS` calibration turns). Rows that end early
-and refill are not modelled.
+`Drafter.propose_rows`, replayed over the first `BATCH_DRAFT_TURNS` calibration turns), times batch 1's c.
+Rows that end early and refill are not modelled.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from specbench.harness.autobudget.calibration import (
 )
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import batch_profile, measure_and_cache, resolve_profile
-from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
+from specbench.harness.autobudget.replay import RowsTogether, budget_point, replay, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
 from specbench.harness.loop import Job, generate, generate_batch
@@ -116,6 +121,35 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
     return [BudgetPoint(**point) for point in cached_json(path, key, replayed)]
 
 
+def measure_draft_ratio(target, drafter, trajectory, budget: int, tokens: int) -> dict:
+    """The drafter's propose ms per step decoding ``trajectory``'s prompt for real at ``budget`` (after one
+    untimed pass) and replayed on it: {budget, steps, run_ms, replay_ms, ratio} (ratio 1 where replay measured
+    no draft time)."""
+    prompt = trajectory.prompt.tolist()
+    generate(target, drafter, prompt, tokens, budget)
+    run = generate(target, drafter, prompt, tokens, budget, breakdown=True)
+    replayed = replay(target, drafter, trajectory, tokens, budget)
+    run_ms = statistics.fmean(step.draft_ms for step in run.steps) if run.steps else 0.0
+    replay_ms = statistics.fmean(step.draft_ms for step in replayed.steps) if replayed.steps else 0.0
+    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "replay_ms": replay_ms,
+            "ratio": run_ms / replay_ms if replay_ms > 0 else 1.0}
+
+
+def cached_draft_ratio(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
+                       tokens: int, machine: dict, root: Path) -> dict:
+    """`measure_draft_ratio`, once per drafter identity, budget, calibration set and machine (cached like the
+    curves, so `auto`'s choice is the same from run to run)."""
+    key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
+           "budget": budget, "tokens": tokens, "machine": machine, "measures": "run/replay draft ratio"}
+    path = root / "calibration" / "curves" / f"{name}-ratio-{key_digest(key)}.json"
+    return cached_json(path, key, lambda: measure_draft_ratio(target, drafter, trajectory, budget, tokens))
+
+
+def with_draft_ratio(points: list[BudgetPoint], ratio: float) -> list[BudgetPoint]:
+    """``points`` with each replayed draft cost scaled to a run's (`measure_draft_ratio`)."""
+    return [replace(point, draft_ms=point.draft_ms * ratio) for point in points]
+
+
 def batch_draft_ms(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
                    budgets: list[int], max_new_tokens: int, machine: dict, root: Path, batch: int) -> dict[int, float]:
     """The drafter's propose ms per step for ``batch`` rows at each budget (`RowsTogether` replayed over the
@@ -187,7 +221,8 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
     timing = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root())
     candidates = [b for b in (config.auto_budgets or DEFAULT_CANDIDATES) if b <= max(profile.sizes)] or [1]
 
-    curves: dict[str, list[BudgetPoint]] = {}
+    curves: dict[str, list[BudgetPoint]] = {}  # draft costs scaled by the drafter's run/replay draft ratio
+    ratios: dict[str, dict] = {}
 
     def calibrate(name: str):
         if progress:
@@ -195,8 +230,12 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
                   file=sys.stderr)
         limit = drafters[name].max_budget()  # larger budgets would replay the same trees
         mine = candidates if limit is None else sorted({b for b in candidates if b < limit} | {min(limit, max(candidates))})
-        curves[name] = replayed_curve(target, name, drafters[name], options(name), trajectories, trajectory_key, mine,
-                                      tokens, machine, cache_root())
+        replayed = replayed_curve(target, name, drafters[name], options(name), trajectories, trajectory_key, mine,
+                                  tokens, machine, cache_root())
+        first, _ = best_budget(replayed, profile, timing.overhead_ms, timing.verify1_ms)
+        ratios[name] = cached_draft_ratio(target, name, drafters[name], options(name), trajectories[0],
+                                          trajectory_key, first, tokens, machine, cache_root())
+        curves[name] = with_draft_ratio(replayed, ratios[name]["ratio"])
         return curves[name], profile, timing
 
     def options(name: str) -> dict:
@@ -205,7 +244,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
     choices = choose_budgets(wanted, calibrate)
     record = {"file": str(calibration), "source": calibrated_on,
               "questions": len(load_questions(calibration)), "turns": len(trajectories), "max_new_tokens": tokens,
-              "candidates": candidates, "profile_source": source, "loop": asdict(timing)}
+              "candidates": candidates, "profile_source": source, "loop": asdict(timing), "draft_ratio": ratios}
     batches = {}
     for size in (size for size in config.batch_sizes if size > 1):  # the module docstring's batch sizes
         if progress:
@@ -216,6 +255,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         for name, points in curves.items():
             draft = batch_draft_ms(target, name, drafters[name], options(name), trajectories, trajectory_key,
                                    [p.budget for p in points], tokens, machine, cache_root(), size)
+            draft = {budget: ms * ratios[name]["ratio"] for budget, ms in draft.items()}
             choices[name].batches[str(size)] = choose_at_batch(points, draft, profile_b, timing_b)
         batches[str(size)] = {"profile_source": source_b, "loop": asdict(timing_b)}
     if batches:

@@ -9,6 +9,10 @@ timed run, up to fp rounding. The replayed hidden states come from one sequentia
 from tree forwards, and a drafter's near-tie can fall the other way. The draft stage's time is the
 drafter's own cost; the verify stage costs nothing here (predict it from a `VerifyProfile`).
 
+A drafter that reads the target's layer taps (eagle3's low/middle/high features) finds them as in a real run:
+`TrajectoryTarget` computes the trajectory's states entering the requested layers in one forward (the first
+time a drafter asks for them) and hands each stand-in prefill and step its rows through `LayerTap.record`.
+
 Replay is for greedy decoding only: under sampling the accepted path depends on random draws.
 
 Terms: *trajectory* = prompt ids, greedy continuation ids (the root first), hidden states
@@ -64,11 +68,38 @@ class TrajectoryTarget:
         logits[torch.arange(len(next_tokens)), torch.tensor(next_tokens)] = 1.0
         return logits
 
+    @torch.inference_mode()
+    def _layer_states(self) -> dict[int, torch.Tensor]:
+        """{layer id: Tensor[P + N, H]} along the trajectory for every layer the target's taps record (none if
+        no drafter asked), from one unnumbered forward over the trajectory's ids, kept on the trajectory."""
+        taps = self.handle.taps
+        wanted = taps.requested if taps is not None else []
+        if any(i not in self.trajectory.taps for i in wanted):
+            ids = self.trajectory.ids[None].to(self.device)
+            recorded = taps.aside(lambda: self.target.decoder(input_ids=ids))
+            self.trajectory.taps.update({i: states[0] for i, states in recorded.items()})
+        return {i: self.trajectory.taps[i] for i in wanted}
+
+    def _record_taps(self, kind: str, positions: list[int | None]) -> None:
+        """Stand in for a forward over ``positions`` (None: an off-trajectory node, zero states) in the taps."""
+        layers = self._layer_states()
+        if not layers:
+            return
+        rows = [i for i, p in enumerate(positions) if p is not None]
+        index = torch.tensor([positions[i] for i in rows], dtype=torch.long, device=self.device)
+        states = {}
+        for layer, along in layers.items():
+            at = along.new_zeros(len(positions), along.shape[-1])  # [n, H]
+            at[rows] = along.index_select(0, index)
+            states[layer] = at[None]  # [1, n, H]: a one-row forward
+        self.handle.taps.record(states, kind)
+
     def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         prompt = self.trajectory.prompt
         if input_ids.shape != prompt.shape or not torch.equal(input_ids.cpu(), prompt):
             raise SpecbenchError("replay: the prompt differs from the recorded trajectory's")
         self._past = len(prompt)
+        self._record_taps("prefill", list(range(self._past)))
         return self._logits([self._ids[self._past]])[0], self.trajectory.hidden[: self._past]
 
     def forward_tree(self, tree: DraftTree, cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,6 +116,8 @@ class TrajectoryTarget:
         rows = [i for i in range(len(tokens)) if on[i] and positions[i] < self.trajectory.hidden.shape[0]]
         if rows:
             hidden[rows] = self.trajectory.hidden[[positions[i] for i in rows]]
+        kept = set(rows)
+        self._record_taps("step", [positions[i] if i in kept else None for i in range(len(tokens))])
         # the loop commits what greedy verification accepts from these answers: the next root follows it
         self._past += len(greedy_path(tree, next_tokens))
         return self._logits(next_tokens), hidden

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -38,11 +38,14 @@ class Trajectory:
     prompt:       LongTensor[P]
     continuation: LongTensor[N] greedy tokens, the root (first new token) first; ends at EOS or the cap
     hidden:       Tensor[P + N, H] last-layer hidden states (after the final norm) at every position
+    taps:         {layer id: Tensor[P + N, H]} the states entering decoder layers along it, for drafters that read
+                  the target's layer taps (eagle3): computed by replay on first use, in one forward, kept in memory
     """
 
     prompt: torch.Tensor
     continuation: torch.Tensor
     hidden: torch.Tensor
+    taps: dict[int, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ids(self) -> torch.Tensor:
