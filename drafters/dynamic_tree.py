@@ -162,26 +162,22 @@ class Growth:
         return self.candidates.tree(self.root, self.budget)
 
 
-def grow(layer: TreeLayer, root: int, root_feature: torch.Tensor, cache_keys: torch.Tensor, cache_values: torch.Tensor,
-         log_probs: Callable[[torch.Tensor], torch.Tensor], token_ids: Callable[[torch.Tensor], torch.Tensor],
-         budget: int, k: int, depth: int, root_position: int) -> DraftTree:
-    """EAGLE-2's dynamic tree over a draft layer: the DraftTree of the ``budget - 1`` best candidates.
+def grow(layer: TreeLayer, growth: Growth) -> DraftTree:
+    """EAGLE-2's dynamic tree over a draft layer: the DraftTree of ``growth``'s ``budget - 1`` best candidates.
 
-    The root's predicted feature root_feature [H] scores ``k`` depth-1 candidates; each of up to ``depth``
-    expansions runs the ``k`` best frontier nodes through ``layer`` in one batch, each attending to the
-    accepted cache (cache_keys/values [C, kv_heads, d]) and its own ancestors, at draft position
-    ``root_position + level``; each proposes ``k`` children scored parent + log p. ``log_probs(features [n, H],
-    None)`` gives draft log-probabilities [n, V'] (`Growth`); ``token_ids`` maps draft indices to target ids."""
-    if budget < 2:
-        return DraftTree.root_only(root)
-    growth = Growth(root, root_feature, cache_keys, cache_values, log_probs, token_ids, budget, k, depth, root_position)
-    growth.take_root(log_probs(root_feature[None], None)[0])
+    The root's predicted feature [H] scores ``k`` depth-1 candidates; each of up to ``depth`` expansions runs the
+    ``k`` best frontier nodes through ``layer`` in one batch, each attending to the accepted cache and its own
+    ancestors, at draft position ``root_position + level``; each proposes ``k`` children scored parent + log p
+    (`Growth` holds the state, the row's own scoring and the vocabulary's token ids)."""
+    if growth.budget < 2:
+        return DraftTree.root_only(growth.root)
+    growth.take_root(growth.log_probs(growth.root_feature[None], None)[0])
     while (request := growth.request()) is not None:
         tokens, parents, positions = request
         inputs = layer.node_inputs(tokens, parents)
         keys, values, mask = growth.attention(*layer.node_keys_values(inputs, positions))
         out = layer.node_attend(inputs, positions, keys, values, mask)  # [F, H] predicted features
-        growth.take(out, log_probs(out, None))
+        growth.take(out, growth.log_probs(out, None))
     return growth.tree()
 
 
@@ -207,3 +203,34 @@ def grow_rows(layer: TreeLayer, growths: list[Growth], shared_cut: Callable[[tor
         for (growth, _), part, cut in zip(live, out.split(counts), shared_cut(out).split(counts)):
             growth.take(part, growth.log_probs(part, cut))
     return [growth.tree() for growth in growths]
+
+
+class DynamicTreeDrafter:
+    """`propose` and `propose_rows` of a drafter growing EAGLE-2's tree over its own feature-level layer (eagle,
+    eagle3; put it before the `Drafter` base class). The drafter gives the `TreeLayer` methods, ``extend_cache(ctx)``
+    (its accepted cache extended with the newly accepted positions; the root's predicted feature [H]),
+    ``cache.keys/values``, ``log_probs(features, cut)``, ``cut_logits(features)`` (the shared vocabulary's logits,
+    one product for a batch's rows), ``vocab``, ``top_k`` and ``depth``."""
+
+    def growth(self, ctx) -> Growth:
+        """This step's tree, ready to grow: the cache extended first (every step, so it stays in step)."""
+        self.follow_context(ctx)
+        root_feature = self.extend_cache(ctx)  # [H]
+        self._embed = ctx.target.embed_tokens
+        return Growth(ctx.root, root_feature, self.cache.keys, self.cache.values, self.log_probs, self.vocab.token_ids,
+                      ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size), self.depth,
+                      root_position=len(ctx.tokens) - 1)  # a depth-d candidate's pair sits at root + d - 1
+
+    @torch.inference_mode()
+    def propose(self, ctx) -> DraftTree:
+        return grow(self, self.growth(ctx))
+
+    @torch.inference_mode()
+    def propose_rows(self, rows) -> list[DraftTree]:
+        """Every row's cache extended on its own (accepted counts differ), then the rows' trees grown in step
+        (`grow_rows`): each level's draft layer and vocabulary product once for all rows."""
+        if len(rows) == 1 or rows[0][1].budget < 2:
+            return super().propose_rows(rows)
+        growths = [drafter.growth(ctx) for drafter, ctx in rows]
+        self._embed = rows[0][1].target.embed_tokens  # the layer's weights are every row's
+        return grow_rows(self, growths, self.cut_logits)

@@ -28,10 +28,9 @@ from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
-from specbench.drafters.dynamic_tree import Growth, grow, grow_rows
+from specbench.drafters.dynamic_tree import DynamicTreeDrafter
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.errors import DrafterOptionError
-from specbench.tree import DraftTree
 
 
 class EagleModule(nn.Module):
@@ -87,7 +86,7 @@ class EagleModule(nn.Module):
         return outs
 
 
-class EagleDrafter(CheckpointDrafter):
+class EagleDrafter(DynamicTreeDrafter, CheckpointDrafter):
     """EAGLE-style drafter; options: ``checkpoint`` (path stem, SafeAILab's EAGLE-1/2 weights: their
     directory with ``config.json``, or a speculators "eagle" directory: `speculators_eagle.py`),
     ``draft_vocab``, ``context_vocab``, ``top_k`` (children per expanded node and frontier width, default 8)
@@ -124,6 +123,10 @@ class EagleDrafter(CheckpointDrafter):
         `DraftVocab.cut_logits` of ``features`` when already computed)."""
         return self.vocab.logits(features, cut).float().log_softmax(dim=-1)
 
+    def cut_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """features [n, H] -> the draft vocabulary's logits [n, V'] (shared by a batch's rows)."""
+        return self.vocab.cut_logits(features)
+
     def extend_cache(self, ctx: DraftContext) -> torch.Tensor:
         """Append the newly accepted positions to the cache; the predicted feature after the root [H]."""
         start, count = ctx.first_new_position, ctx.hidden.shape[0]
@@ -142,28 +145,3 @@ class EagleDrafter(CheckpointDrafter):
     def node_attend(self, x: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                     mask: torch.Tensor) -> torch.Tensor:
         return self.module.layer.attend(x, positions, keys, values, mask)
-
-    @torch.inference_mode()
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        self.follow_context(ctx)
-        root_feature = self.extend_cache(ctx)  # [H]; runs every step so the cache stays in step
-        self._embed = ctx.target.embed_tokens
-        return grow(self, ctx.root, root_feature, self.cache.keys, self.cache.values, self.log_probs,
-                    self.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1), self.depth,
-                    root_position=len(ctx.tokens) - 1)  # a depth-d candidate's pair sits at root + d - 1
-
-    @torch.inference_mode()
-    def propose_rows(self, rows):
-        """Every row's cache extended on its own (accepted counts differ), then the rows' trees grown in step
-        (`dynamic_tree.grow_rows`): each level's draft layer and vocabulary product once for all rows."""
-        if len(rows) == 1 or rows[0][1].budget < 2:
-            return super().propose_rows(rows)
-        growths = []
-        for drafter, ctx in rows:
-            drafter.follow_context(ctx)
-            root_feature = drafter.extend_cache(ctx)  # [H]
-            growths.append(Growth(ctx.root, root_feature, drafter.cache.keys, drafter.cache.values, drafter.log_probs,
-                                  drafter.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1), self.depth,
-                                  root_position=len(ctx.tokens) - 1))
-        self._embed = rows[0][1].target.embed_tokens
-        return grow_rows(self, growths, self.vocab.cut_logits)

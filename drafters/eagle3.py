@@ -36,11 +36,10 @@ from specbench import kv
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.draft_vocab import DraftVocab
-from specbench.drafters.dynamic_tree import Growth, grow, grow_rows
+from specbench.drafters.dynamic_tree import DynamicTreeDrafter
 from specbench.drafters.layers import ROPE_BASE, KVCache, rope
 from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
 from specbench.errors import DrafterOptionError, SpecbenchError
-from specbench.tree import DraftTree
 from specbench.verify import VerifyOutcome
 
 
@@ -171,7 +170,7 @@ def check_vocabulary(module: Eagle3Module, where: str) -> None:
                              f"{ids.unique().numel()} distinct ones of {ids.numel()} rows)")
 
 
-class Eagle3Drafter(CheckpointDrafter):
+class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     """EAGLE-3 drafter; options: ``checkpoint`` (a specbench checkpoint stem, a speculators-format directory,
     or the authors' EAGLE-3 directory: config.json + pytorch_model.bin / model.safetensors), ``top_k`` (children
     per expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5)."""
@@ -311,27 +310,6 @@ class Eagle3Drafter(CheckpointDrafter):
                     values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.module.layer.attend(inputs[0], inputs[1], positions, keys, values, mask)
 
-    @torch.inference_mode()
-    def propose(self, ctx: DraftContext) -> DraftTree:
-        root_h = self.extend_cache(ctx)  # runs every step so the cache stays in step
-        self._embed = ctx.target.embed_tokens
-        return grow(self, ctx.root, root_h, self.cache.keys, self.cache.values, self.log_probs, self.vocab.token_ids,
-                    ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size), self.depth,
-                    root_position=len(ctx.tokens) - 1)
-
-    @torch.inference_mode()
-    def propose_rows(self, rows):
-        """As eagle's: each row's cache extended on its own, then the trees grown in step (`grow_rows`)."""
-        if len(rows) == 1 or rows[0][1].budget < 2:
-            return super().propose_rows(rows)
-        growths = []
-        for drafter, ctx in rows:
-            root_h = drafter.extend_cache(ctx)  # [H]
-            growths.append(Growth(ctx.root, root_h, drafter.cache.keys, drafter.cache.values, drafter.log_probs,
-                                  drafter.vocab.token_ids, ctx.budget, min(self.top_k, ctx.budget - 1, self.vocab.size),
-                                  self.depth, root_position=len(ctx.tokens) - 1))
-        self._embed = rows[0][1].target.embed_tokens
-        return grow_rows(self, growths, self.cut_logits)
 
 def build_module(config: dict, target: TargetHandle) -> Eagle3Module:
     """An `Eagle3Module` for ``target`` from recipe hyper-parameters (``num_heads``, ``num_kv_heads``, ``inner``,

@@ -252,17 +252,13 @@ class MedusaDrafter(HeadDrafter):
         heads, ranks = shape.head_and_rank
         return shape.draft_tree(ctx.root, top.cpu()[heads, ranks])  # tokens [n - 1]
 
-    def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def children(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int,
+                 features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Medusa's heads ignore the path: every node gets head ``depth``'s k best. With the shared
         ``lm_head`` all heads are scored at depth 0, in one pass over the draft ``lm_head``
-        (as the static tree does); heads with their own projections are scored when the tree reaches them
-        (each is a pass over its own matrix, and a small budget needs only the first)."""
-        return self.children_of(ctx, h, depth, paths, k, None)
-
-    def children_of(self, ctx: DraftContext, h: torch.Tensor, depth: int, paths: list[list[int]], k: int,
-                    features: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """`children`, with the heads' outputs ``features`` [K, H] when `children_rows` computed them."""
+        (as the static tree does), from the heads' outputs ``features`` [K, H] when `children_rows` computed
+        them; heads with their own projections are scored when the tree reaches them (each is a pass over its
+        own matrix, and a small budget needs only the first)."""
         if depth == 0 and self.head_vocabs is None:
             self._step_children = self.top_log_probs(self.module(h) if features is None else features, k)  # [K, k] x 2
         elif depth == 0:
@@ -278,5 +274,4 @@ class MedusaDrafter(HeadDrafter):
         if depth > 0 or self.head_vocabs is not None:
             return super().children_rows(rows, h, depth, paths, k)
         features = self.module(h)  # [K, R, H]
-        return [drafter.children_of(ctx, h[i], depth, paths[i], k, features[:, i])
-                for i, (drafter, ctx) in enumerate(rows)]
+        return [drafter.children(ctx, h[i], depth, paths[i], k, features[:, i]) for i, (drafter, ctx) in enumerate(rows)]
