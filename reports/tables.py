@@ -351,6 +351,7 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
     budgets = (run.manifest or {}).get("budgets")
     if not budgets:
         return None
+    ratios = ((run.manifest or {}).get("calibration") or {}).get("draft_ratio") or {}
     rows = []
     for name, choice in budgets.items():  # summary names may carry a lossy mark: "medusa (typical, lossy)"
         drafter = next((d for d in summary["drafter"].unique() if d == name or d.startswith(name + " (")), name)
@@ -364,6 +365,7 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         rows.append({"drafter": drafter, "how": choice["how"], "budget": choice["budget"],
                      "calibration_tau": calibration_tau, "run_tau": tau, "predicted_speedup": predicted,
                      "predicted_with_run_tau": predicted * tau / calibration_tau if point else np.nan,
+                     "draft_ratio": ratios.get(name, {}).get("ratio", np.nan),
                      "measured_speedup": speedup, "n_questions": overall["n_questions"].iloc[0],
                      "ci_low": overall["speedup_ci_low"].iloc[0], "ci_high": overall["speedup_ci_high"].iloc[0]})
     if not rows:
@@ -374,13 +376,15 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         "τ calibration": [fmt(v) for v in data["calibration_tau"]], "τ run": [fmt(v) for v in data["run_tau"]],
         "Predicted": [fmt(v) for v in data["predicted_speedup"]],
         "Predicted, run τ": [fmt(v) for v in data["predicted_with_run_tau"]],
+        "Draft ratio": [fmt(v) for v in data["draft_ratio"]],
         "Measured [95% CI]": [ci_cell(s, lo, hi, float(n)) for s, lo, hi, n in
                               zip(data["measured_speedup"], data["ci_low"], data["ci_high"], data["n_questions"])],
     })
-    note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (v1 r(b) + d(b) + o), τ(b) and the "
-            "draft cost d(b) replayed on the calibration set, r(b) the verify-cost profile's ratio for the trees "
-            "the drafter proposed, v1 and o this run's measured 1-node verify and loop overhead. Predicted, run τ: "
-            "the same costs with the run's τ.")
+    note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (v1 r(b) + c d(b) + o), τ(b) and the "
+            "draft cost d(b) replayed on the calibration set, c the draft ratio (the drafter's propose cost in a "
+            "real run over replay's, measured on one calibration turn; a dash: not measured, c = 1), r(b) the "
+            "verify-cost profile's ratio for the trees the drafter proposed, v1 and o this run's measured 1-node "
+            "verify and loop overhead. Predicted, run τ: the same costs with the run's τ.")
     if not run.sampling.greedy:
         note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
                  "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")

@@ -176,6 +176,14 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
     assert ratio["ratio"] > 10 and ratio["run_ms"] >= 20
     assert all(point["draft_ms"] >= 20 for point in manifest["budgets"]["cold-ngram"]["curve"] if point["budget"] > 1)
 
+    from specbench.reports.report import build_report
+    from specbench.reports.runs import load_runs
+
+    tables = {t.name: t for section in build_report(load_runs([out])).sections for t in section.tables}
+    row = tables["budgets"].data.set_index("drafter").loc["cold-ngram"]
+    assert row["draft_ratio"] == pytest.approx(ratio["ratio"])  # the report's Tree budgets table shows c
+    assert "Draft ratio" in tables["budgets"].display.columns
+
 
 def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     """A two-turn calibration question gives two trajectories; the second turn's prompt carries the target's
