@@ -80,19 +80,21 @@ class TrajectoryTarget:
             self.trajectory.taps.update({i: states[0] for i, states in recorded.items()})
         return {i: self.trajectory.taps[i] for i in wanted}
 
+    @staticmethod
+    def _rows_at(along: torch.Tensor, positions: list[int | None]) -> torch.Tensor:
+        """[n, H]: ``along``'s rows [L, H] at ``positions``, zeros where a position is None (off the trajectory)."""
+        at = along.new_zeros(len(positions), along.shape[-1])
+        rows = [i for i, p in enumerate(positions) if p is not None]
+        if rows:
+            at[rows] = along[[positions[i] for i in rows]]
+        return at
+
     def _record_taps(self, kind: str, positions: list[int | None]) -> None:
         """Stand in for a forward over ``positions`` (None: an off-trajectory node, zero states) in the taps."""
         layers = self._layer_states()
-        if not layers:
-            return
-        rows = [i for i, p in enumerate(positions) if p is not None]
-        index = torch.tensor([positions[i] for i in rows], dtype=torch.long, device=self.device)
-        states = {}
-        for layer, along in layers.items():
-            at = along.new_zeros(len(positions), along.shape[-1])  # [n, H]
-            at[rows] = along.index_select(0, index)
-            states[layer] = at[None]  # [1, n, H]: a one-row forward
-        self.handle.taps.record(states, kind)
+        if layers:  # each layer as a one-row forward's [1, n, H]
+            self.handle.taps.record({layer: self._rows_at(along, positions)[None] for layer, along in layers.items()},
+                                    kind)
 
     def prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
         prompt = self.trajectory.prompt
@@ -111,13 +113,9 @@ class TrajectoryTarget:
             on[i] = (parent < 0 or on[parent]) and position < len(self._ids) and self._ids[position] == token
         positions = [self._past + d for d in depths]
         next_tokens = [self._ids[p + 1] if on[i] and p + 1 < len(self._ids) else 0 for i, p in enumerate(positions)]
-        hidden = torch.zeros(len(tokens), self.trajectory.hidden.shape[1], dtype=self.trajectory.hidden.dtype,
-                             device=self.trajectory.hidden.device)
-        rows = [i for i in range(len(tokens)) if on[i] and positions[i] < self.trajectory.hidden.shape[0]]
-        if rows:
-            hidden[rows] = self.trajectory.hidden[[positions[i] for i in rows]]
-        kept = set(rows)
-        self._record_taps("step", [positions[i] if i in kept else None for i in range(len(tokens))])
+        known = [p if on[i] and p < self.trajectory.hidden.shape[0] else None for i, p in enumerate(positions)]
+        hidden = self._rows_at(self.trajectory.hidden, known)  # [n, H]
+        self._record_taps("step", known)
         # the loop commits what greedy verification accepts from these answers: the next root follows it
         self._past += len(greedy_path(tree, next_tokens))
         return self._logits(next_tokens), hidden
