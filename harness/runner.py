@@ -50,12 +50,16 @@ from specbench.results import (
     BASELINE,
     MANIFEST,
     Answer,
+    ANSWER_SUFFIXES,
+    ANSWERS,
+    BATCH_PREFIX,
     answers_path,
     append_answer,
     batch_folder,
     first_divergence,
     read_answers,
     read_manifest,
+    reopen_compressed,
     write_json,
 )
 from specbench.sampling import turn_seed
@@ -157,8 +161,9 @@ class Run:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecbenchError(f"cannot create --out {self.out}: {exc.strerror}") from None
-        existing = sorted(self.out.glob("answers/*.jsonl")) + sorted(self.out.glob(f"{distributed.RANKS}/*/answers/*.jsonl"))
-        existing += sorted(self.out.glob("batch-*/answers/*.jsonl"))  # a batch sweep's sub-runs
+        folders = [self.out / ANSWERS, *self.out.glob(f"{distributed.RANKS}/*/{ANSWERS}"),
+                   *self.out.glob(f"{BATCH_PREFIX}*/{ANSWERS}")]  # merged, each rank's, a batch sweep's sub-runs
+        existing = [path for folder in folders for suffix in ANSWER_SUFFIXES for path in sorted(folder.glob(f"*{suffix}"))]
         if existing and not self.config.resume:
             raise SpecbenchError(f"{self.out} already holds results; pass --resume to continue it, or choose another --out")
         if not self.config.resume:
@@ -176,6 +181,8 @@ class Run:
         if changed:
             detail = ", ".join(f"{key}: {before.get(key)!r} -> {now.get(key)!r}" for key in changed)
             raise SpecbenchError(f"--resume with different settings than {self.out}/{MANIFEST} ({detail})")
+        for folder in folders:  # a compressed finished run (`gzip -9n`) is continued in plain files
+            reopen_compressed(folder)
         done = {}  # every record any earlier launch finished (merged, or in any rank's file), by drafter
         for name in self.drafter_names:
             own = answers_path(self.answers_home, name)  # a cut-short last line is removed only from our own file

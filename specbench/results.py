@@ -28,7 +28,8 @@ at most the question in flight and ``--resume`` continues after the last complet
 
 A finished run's answer files may be gzip-compressed (``answers/<drafter>.jsonl.gz``, e.g. ``gzip -9n``) to
 keep committed runs small: `load_run`, and so the summary and ``specbench report``, read either form
-(`answer_files`); a drafter with both a plain and a compressed file is refused as ambiguous.
+(`answer_files`); a drafter with both a plain and a compressed file is refused as ambiguous. ``--resume`` on a
+compressed run first decompresses its files in place (`reopen_compressed`), so it appends instead of rerunning.
 """
 
 from __future__ import annotations
@@ -286,6 +287,21 @@ def read_text(path: Path) -> str:
         except (OSError, EOFError) as exc:
             raise SpecbenchError(f"{path}: not a readable gzip file ({exc})") from None
     return path.read_text(encoding="utf-8")
+
+
+def reopen_compressed(folder: Path) -> list[Path]:
+    """Decompress each ``NAME.jsonl.gz`` in an ``answers/`` folder into ``NAME.jsonl`` (the ``.gz`` removed),
+    so that a resumed run appends to the records it already has instead of starting the drafter over.
+    Returns the plain files written."""
+    written = []
+    for path in sorted(Path(folder).glob("*.jsonl.gz")):
+        plain = path.with_suffix("")  # NAME.jsonl
+        if plain.exists():
+            raise SpecbenchError(f"{folder} holds both {plain.name} and {path.name}: keep one")
+        plain.write_text(read_text(path), encoding="utf-8")
+        path.unlink()
+        written.append(plain)
+    return written
 
 
 def append_answer(path: Path, answer: Answer) -> None:

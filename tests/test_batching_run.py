@@ -152,6 +152,30 @@ def test_resume_skips_finished_work_at_each_batch_size(tiny_setup, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["config"]["batch_size"] == [1, 2, 3]
 
 
+def test_a_compressed_run_resumes_without_rerunning_and_refuses_a_plain_rerun(tiny_setup, tmp_path):
+    """Committed runs keep their answers gzip-compressed; `--resume` adding a batch size continues them (the
+    compressed files reopened as plain text, nothing rerun), and a run without `--resume` refuses the folder."""
+    import gzip
+
+    from specbench.results import load_run
+
+    target, bench = tiny_setup
+    out = tmp_path / "run"
+    run_sweep(target, bench, out)
+    before = {path: path.read_text() for path in out.glob("**/answers/*.jsonl")}
+    for path, text in before.items():
+        with gzip.open(path.with_suffix(".jsonl.gz"), "wt", encoding="utf-8") as handle:
+            handle.write(text)
+        path.unlink()
+    with pytest.raises(SpecbenchError, match="already holds results"):
+        run_sweep(target, bench, out)
+    run_sweep(target, bench, out, resume=True, batch_size=[1, 2, 3])
+    assert not list(out.glob("**/answers/*.gz"))
+    for path, text in before.items():
+        assert path.read_text() == text, path  # reopened, no question rerun or appended twice
+    assert len(load_run(out / "batch-3")["vanilla"]) == len(QUESTIONS)
+
+
 def test_batch_sizes_only_above_1_write_no_top_level_answers(tiny_setup, tmp_path):
     from specbench.reports.summary import write_summary
 

@@ -4,4 +4,4 @@
 set -euo pipefail
 .venv/bin/specbench run --model default --drafters vanilla,ngram,medusa,hydra,ctc,eagle,eagle3 --bench mt_bench \
     --limit 1 --max-new-tokens 128 --batch-size 1,2,4,8 --calibration package --threads 2 \
-    --out docs/runs/issue43-batch-auto
+    --out docs/runs/issue43-batch-auto "$@"
