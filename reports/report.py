@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from specbench.errors import SpecbenchError
 from specbench.reports import charts, render, tables
+from specbench.reports.cost_model import cost_model_table
 from specbench.reports.context import context_table
 from specbench.reports.document import Chart, Report, Section
 from specbench.reports.runs import RunResults
@@ -42,8 +43,9 @@ def _run_section(run: RunResults, summary: pd.DataFrame, colours: dict[str, str]
     acceptance, histogram = tables.acceptance_table(run), tables.histogram_table(run)
     breakdown = tables.breakdown_table(run, summary)
     budgets = tables.budget_table(run, summary)
+    cost = cost_model_table(run)  # auto's predicted step terms against the answers' stage times
     batches = tables.batch_table(run)  # a batch sweep's sub-runs (batch 1 is the rest of the section)
-    section.tables += [t for t in (acceptance, histogram, breakdown, budgets, batches) if t is not None]
+    section.tables += [t for t in (acceptance, histogram, breakdown, budgets, cost, batches) if t is not None]
 
     skipped: dict[str, list[str]] = {}  # reason -> chart names
 

@@ -7,6 +7,12 @@ accepted path to ``[lengths[b], lengths[b] + kept)`` with one gather and one sca
 ``kept`` to ``lengths[b]``. Slots at or beyond a row's length hold stale rows that the 4D mask hides
 (`tree_mask`), as do all of the other rows' slots: attention is per batch row, so row b never sees row c.
 
+**Active width.** A forward attends over the first ``width`` slots of every row, not the whole capacity: the eager
+regime sets it per step to the longest row's length plus the tree, rounded up to `WIDTH_STEP` (`set_width`), so a
+step costs what its sequences hold, not what the longest prompt of the run would need; the compiled regime keeps
+``width = capacity`` (one shape per graph). Slots beyond a row's length are masked either way, so the width changes
+the cost, never the result.
+
 Why not `TreeStaticCache` with a batch dimension: its one shared 0-d length is the compiled graphs' input; the
 batched cache needs one length per row. The two share the tree packing (`pad_tree`) and the bucket rule.
 """
@@ -18,6 +24,9 @@ from transformers import StaticCache
 from transformers.cache_utils import Cache, StaticLayer
 
 from specbench.static_cache import CAPACITY_STEP
+
+#: the eager regime's attention width is the longest row plus the tree, rounded up to a multiple of this
+WIDTH_STEP = 64
 
 
 class RowLayer(StaticLayer):
@@ -44,7 +53,8 @@ class RowLayer(StaticLayer):
         rows = torch.arange(slots.shape[0], device=slots.device)[:, None]  # [B, 1]
         self.keys[rows, :, slots] = key_states.transpose(1, 2)  # indexed view: [B, T, kv_heads, head_dim]
         self.values[rows, :, slots] = value_states.transpose(1, 2)
-        return self.keys, self.values
+        width = self.cache.width
+        return self.keys[:, :, :width], self.values[:, :, :width]  # [B, kv_heads, width, head_dim]
 
 
 class BatchTreeCache(StaticCache):
@@ -61,7 +71,17 @@ class BatchTreeCache(StaticCache):
         Cache.__init__(self, layers=[RowLayer(self, self.capacity) for _ in range(self.num_layers)])
         self.lengths = torch.zeros(rows, dtype=torch.long, device=self.device)  # [B] committed per row
         self.slots = torch.zeros(rows, 1, dtype=torch.long, device=self.device)  # [B, T] where a forward writes
-        self.columns = torch.arange(self.capacity, device=self.device)  # [S]
+        self.all_columns = torch.arange(self.capacity, device=self.device)  # [capacity]
+        self.width = self.capacity  # slots a forward attends over (`set_width`)
+
+    @property
+    def columns(self) -> torch.Tensor:
+        """LongTensor[S] the slots a forward attends over, S = ``width``."""
+        return self.all_columns[: self.width]
+
+    def set_width(self, needed: int | None) -> None:
+        """Attend over ``needed`` slots rounded up to `WIDTH_STEP` (at most the capacity); None: the whole capacity."""
+        self.width = self.capacity if needed is None else min(self.capacity, -(-needed // WIDTH_STEP) * WIDTH_STEP)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0

@@ -519,9 +519,12 @@ class TargetModel:
         bucket = static_cache.bucket_of(max(sizes))
         packed = torch.stack([static_cache.pad_tree(tree if tree is not None else DraftTree.root_only(0), bucket)
                               for tree in trees]).to(self.device)  # [B, T, 4 + T]
-        if int(cache.lengths.max()) + bucket > cache.capacity:
+        longest = int(cache.lengths.max())
+        if longest + bucket > cache.capacity:
             raise ValueError(f"batch cache of {cache.capacity} positions cannot hold a {bucket}-node tree step")
         cache.slots = cache.lengths[:, None] + torch.arange(bucket, device=self.device)[None, :]  # [B, T] write slots
+        # eager: attend over what the rows hold (`BatchTreeCache.set_width`); compiled: the whole capacity, one shape
+        cache.set_width(None if self.regime == "compiled" else longest + bucket)
         key = (len(trees), bucket)
         if key not in self._batch_steps:  # compiled regime: one graph per (batch size, bucket); eager: the function
             self._batch_steps[key] = self._compiled(self._batch_step) if self.regime == "compiled" else self._batch_step

@@ -27,7 +27,7 @@ def test_a_batch_profile_times_b_rows_and_reads_costs_at_the_bucket(tiny_run_set
     profile = measure_profile(target, sizes=[1, 2, 4, 8], shapes=["bushy"], prefix=8, repeats=2, warmup=1, batch=3)
     assert profile.batch == 3 and profile.key == profile_key(target, batch=3) and profile.key["batch"] == 3
     assert "batch" not in profile_key(target)  # batch-1 keys (and cache file names) stay as they were
-    assert cache_path(profile.key, tmp_path).name.endswith("-b3.json")
+    assert cache_path(profile.key, tmp_path).name.endswith("-b3-active.json")  # eager: the active attention width
     assert cache_path(profile_key(target), tmp_path).name != cache_path(profile.key, tmp_path).name
     assert profile.cost_ms(3) == profile.cost_ms(4) and profile.cost_ms(5) == profile.cost_ms(8)  # padded to buckets
     again = load_profile(save_profile(profile, tmp_path / "b3.json"))

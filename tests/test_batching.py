@@ -129,6 +129,34 @@ def test_a_commit_into_the_wrong_row_is_caught(monkeypatch):
     assert wrong, "a commit applied to the wrong row went unnoticed"
 
 
+def test_an_eager_step_attends_over_the_active_width_with_the_same_logits(llama_target):
+    """An eager batched forward attends over the longest row plus the tree, rounded up to `WIDTH_STEP`, not
+    the whole capacity, and scores every node as over the whole capacity; a width that cuts a row's prefix
+    (the planted bug) changes the logits."""
+    from specbench.batch_cache import WIDTH_STEP
+
+    target = llama_target
+    cache = target.new_batch_cache(2, 4 * WIDTH_STEP + 300)
+    assert cache.capacity >= 5 * WIDTH_STEP
+    prompts = [torch.arange(5) % EOS + 1, torch.arange(WIDTH_STEP + 10) % EOS + 1]  # ragged: 5 and 74 positions
+    for row, prompt in enumerate(prompts):
+        target.prefill_row(prompt, cache, row)
+    trees = [DraftTree(torch.tensor([3, 4, 5]), torch.tensor([-1, 0, 0])), None]  # row 1 idle: a root-only tree
+    active, _ = target.forward_trees(trees, cache)  # [2, 4, V]: a 3-node tree pads to bucket 4
+    assert cache.width == 2 * WIDTH_STEP and cache.columns.shape == (2 * WIDTH_STEP,)
+    set_width = BatchTreeCache.set_width
+    whole = lambda self, needed: set_width(self, None)  # noqa: E731
+    cut = lambda self, needed: set_width(self, WIDTH_STEP)  # noqa: E731: row 1's prefix does not fit
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(BatchTreeCache, "set_width", whole)
+        full, _ = target.forward_trees(trees, cache)
+        assert cache.width == cache.capacity
+        patch.setattr(BatchTreeCache, "set_width", cut)
+        wrong, _ = target.forward_trees(trees, cache)
+    torch.testing.assert_close(active, full, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(wrong[1, :1], full[1, :1], atol=1e-3)
+
+
 def test_row_copies_share_weights_not_state():
     """`row_copy`: the same modules and parameters (no weights copied), its own per-sequence state."""
     drafter = KnowsSome({(1, 2): [3]})

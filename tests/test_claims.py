@@ -172,6 +172,26 @@ def write_claims(doc: Path, root: Path = ROOT) -> int:
     return changed
 
 
+#: run directories a reference doc may cite although they keep no answers, and why each cannot be one that does
+WITHOUT_ANSWERS = {
+    "docs/gpu-runs/h100-2026-11-23-budget64": "an H100 run from before answers were kept: remaking it needs a GPU",
+    "docs/runs/context-vocab-s26": "replay rows: `specbench replay` writes per-budget rows, not answers",
+    "docs/runs/issue42-regimes-cpu": "benchmarks/regimes.py, not `specbench run`: its regimes.json keeps the ids",
+    "docs/runs/issue16": "torchrun ranks and gemma3 (not installed in CI): its ids and tau are checked against "
+                         "summary.csv only",
+}
+
+
+def kept_runs() -> list[Path]:
+    """Every run directory tracked under docs/runs and docs/gpu-runs (all of them where git is absent)."""
+    listed = subprocess.run(["git", "ls-files", "--", *RUN_FOLDERS], cwd=ROOT, capture_output=True, text=True)
+    found = [run for folder in RUN_FOLDERS for run in sorted((ROOT / folder).glob("*")) if run.is_dir()]
+    if listed.returncode != 0:
+        return found
+    tracked = {Path(line).parts[:3] for line in listed.stdout.splitlines() if len(Path(line).parts) > 3}
+    return [run for run in found if run.relative_to(ROOT).parts in tracked]
+
+
 def committed_runs() -> list[Path]:
     """Every committed run directory that keeps its answers (tracked by git where the tree is a checkout, so
     a run still being made beside it is not one)."""
@@ -331,6 +351,21 @@ def test_each_claim_in_the_docs_is_recomputed_from_its_answers(claim):
 def test_the_docs_hold_claims():
     """The marked tables exist, so the parametrised check above is not silently empty."""
     assert sum(len(claims_in(doc)) for doc in claim_docs()) >= 2
+
+
+@pytest.mark.parametrize("run", kept_runs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_kept_run_is_cited_by_a_reference_doc_and_keeps_its_answers_or_says_why(run):
+    """Issue 40: keep only the runs that current claims cite, and every figure from a run with its answers."""
+    text = "".join(doc.read_text(encoding="utf-8") for doc in claim_docs())
+    assert run.name in text, f"{run.relative_to(ROOT)} is cited by neither the README nor docs/*.md: delete it"
+    name = str(run.relative_to(ROOT))
+    assert (run / ANSWERS).is_dir() or name in WITHOUT_ANSWERS, f"{name} keeps no answers/"
+    assert not ((run / ANSWERS).is_dir() and name in WITHOUT_ANSWERS), f"{name} has answers: drop it from the list"
+
+
+def test_the_list_of_runs_without_answers_names_kept_runs():
+    kept = {str(run.relative_to(ROOT)) for run in kept_runs()}
+    assert set(WITHOUT_ANSWERS) <= kept
 
 
 @pytest.mark.parametrize("run", committed_runs(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -43,7 +43,7 @@ from specbench.harness.autobudget.calibration import (
     calibration_trajectories,
 )
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
-from specbench.harness.autobudget.profile import batch_profile, measure_and_cache, resolve_profile
+from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import RowsTogether, budget_point, replay, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
@@ -93,7 +93,7 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
     from the cache: with the cached curves and profile it makes `auto`'s choice the same from run to run (the
     predictions of neighbouring budgets often differ by less than this timing's noise)."""
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "machine": machine, "tokens": TIMING_TOKENS}
-    key |= {"batch": batch} if batch > 1 else {}
+    key |= {"batch": batch} | batch_width(target, batch) if batch > 1 else {}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
     return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids, batch=batch))))
 

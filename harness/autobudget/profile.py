@@ -173,8 +173,17 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def batch_width(target, batch: int) -> dict:
+    """``{"width": "active"}`` for an eager batch (B > 1) step, which attends over its rows' active width
+    (`specbench.batch_cache.BatchTreeCache.set_width`), else nothing: in a cache key, so that timings made when
+    every step attended over the whole capacity are never reused."""
+    return {"width": "active"} if batch > 1 and getattr(target, "regime", "eager") == "eager" else {}
+
+
 def profile_key(target, threads: int | None = None, batch: int = 1) -> dict:
-    """What a profile's numbers depend on (``batch`` named only above 1, so batch-1 keys stay as they were)."""
+    """What a profile's numbers depend on (``batch`` named only above 1, so batch-1 keys stay as they were; an
+    eager batch profile also names its attention width, `specbench.batch_cache.BatchTreeCache.set_width`, so one
+    measured over the whole capacity is never read as one over the active width)."""
     device = target.device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     spread = len(placement_summary(target))  # devices holding parameters: > 1 under --device-map
@@ -183,18 +192,19 @@ def profile_key(target, threads: int | None = None, batch: int = 1) -> dict:
             "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
             "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")
-            } | ({"batch": batch} if batch > 1 else {})
+            } | ({"batch": batch} | batch_width(target, batch) if batch > 1 else {})
 
 
 def cache_path(key: dict, root: Path) -> Path:
     """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>][-b<batch>].json``
     (the kernel named unless it is torch's own, `specbench.linear`; the regime unless it is eager, the batch size
-    unless it is 1, so eager batch-1 profiles keep their names)."""
+    unless it is 1, so eager batch-1 profiles keep their names; ``-active``: an eager batch profile's width)."""
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
                    f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
                    f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else "")
                    + (f"-{key['regime']}" if key.get("regime", "eager") != "eager" else "")
-                   + (f"-b{key['batch']}" if key.get("batch", 1) > 1 else ""))
+                   + (f"-b{key['batch']}" if key.get("batch", 1) > 1 else "")
+                   + (f"-{key['width']}" if "width" in key else ""))
     return root / "profiles" / f"{safe}.json"
 
 

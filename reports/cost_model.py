@@ -1,0 +1,96 @@
+"""`auto`'s cost model against the run: per drafter and batch size, each term of the predicted step beside what
+the answers' stage times measured, so a missed prediction says which term missed.
+
+`auto` predicts speedup(b) = τ(b) (v1 + o) / (V(b) + d(b) + o) (`harness.autobudget.predict`): V(b) the verify of
+the drafter's trees (v1 times the profile's ratio), d(b) its draft cost (replayed, times the draft ratio), o the
+loop's per-step work, v1 the one-node verify, all at the batch size. The manifest records the chosen point's τ, d,
+prediction and the calibration's v1 and o, so V is backed out exactly: V = τ (v1 + o) / prediction − d − o. The
+run's per-step means come from the answers' step records (verify; draft plus transform; accept as the loop's
+part). Vanilla's row puts v1 beside its measured one-node verify: their ratio is the sitting's pace against the
+calibration's, which cancels in a speedup; a drafter's verify or draft that misses by more than vanilla's does
+not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from specbench.reports.runs import RunResults
+from specbench.reports.tables import Table, fmt
+from specbench.results import BASELINE, Answer, batch_folders, load_run
+
+
+def step_means(records: list[Answer]) -> dict[str, float]:
+    """Mean ms per step of verify, draft (with transform) and accept, and mean tokens per step, over every
+    step of every turn (at B > 1 a row's step carries its batch step's shared verify and draft)."""
+    steps = [step for record in records for turn in record.steps for step in turn if step.stage_ms]
+    if not steps:
+        return {}
+    stage = lambda name: float(np.mean([step.stage_ms.get(name, 0.0) for step in steps]))  # noqa: E731
+    return {"verify": stage("verify"), "draft": stage("draft") + stage("transform"), "accept": stage("accept"),
+            "tau": float(np.mean([step.accepted for step in steps]))}
+
+
+def _choice(budgets: dict, name: str, size: int) -> dict | None:
+    entry = budgets.get(name) or {}
+    return entry if size == 1 else (entry.get("batches") or {}).get(str(size))
+
+
+def _loop(calibration: dict, size: int) -> dict | None:
+    return calibration.get("loop") if size == 1 else ((calibration.get("batches") or {}).get(str(size)) or {}).get("loop")
+
+
+def cost_model_table(run: RunResults) -> Table | None:
+    """Predicted against measured step terms for every drafter `auto` chose a budget for, at every batch size
+    of the run; None without `auto` budgets or stage times."""
+    manifest = run.manifest or {}
+    budgets, calibration = manifest.get("budgets") or {}, manifest.get("calibration") or {}
+    if not budgets or not calibration:
+        return None
+    sizes = ([(1, run.answers)] if run.answers else []) + [(size, load_run(folder))
+                                                            for size, folder in batch_folders(run.path)]
+    rows = []
+    for size, answers in sizes:
+        loop = _loop(calibration, size)
+        if not loop:
+            continue
+        v1, o = loop["verify1_ms"], loop["overhead_ms"]
+        for name, records in answers.items():
+            measured = step_means(records)
+            if not measured:
+                continue
+            if name == BASELINE:
+                rows.append({"drafter": name, "batch": size, "budget": 1, "verify_pred": v1, "draft_pred": 0.0,
+                             "loop_pred": o, "tau_calibration": 1.0, "predicted_speedup": np.nan, **measured})
+                continue
+            choice = _choice(budgets, name, size)
+            point = next((p for p in (choice or {}).get("curve") or [] if p["budget"] == choice["budget"]), None)
+            if choice is None or choice.get("how") != "auto" or point is None:
+                continue
+            predicted = point["predicted_speedup"]
+            rows.append({"drafter": name, "batch": size, "budget": choice["budget"],
+                         "verify_pred": point["tau"] * (v1 + o) / predicted - point["draft_ms"] - o,
+                         "draft_pred": point["draft_ms"], "loop_pred": o, "tau_calibration": point["tau"],
+                         "predicted_speedup": predicted, **measured})
+    if not any(row["drafter"] != BASELINE for row in rows):
+        return None
+    data = pd.DataFrame(rows).rename(columns={"verify": "verify_run", "draft": "draft_run", "accept": "loop_run",
+                                              "tau": "tau_run"})
+    data["step_pred"] = data["verify_pred"] + data["draft_pred"] + data["loop_pred"]
+    data["step_run"] = data["verify_run"] + data["draft_run"] + data["loop_run"]
+    pair = lambda a, b, digits=1: [f"{fmt(x, digits)} / {fmt(y, digits)}" for x, y in zip(data[a], data[b])]  # noqa: E731
+    display = pd.DataFrame({
+        "Drafter": data["drafter"], "Batch": data["batch"].astype(str), "Budget": data["budget"].astype(str),
+        "Verify ms": pair("verify_pred", "verify_run"), "Draft ms": pair("draft_pred", "draft_run"),
+        "Loop ms": pair("loop_pred", "loop_run", 2), "Step ms": pair("step_pred", "step_run"),
+        "τ": pair("tau_calibration", "tau_run", 2),
+        "Verify run / predicted": [fmt(r / p) for r, p in zip(data["verify_run"], data["verify_pred"])],
+    })
+    note = ("Each cell: predicted / measured, per decoding step (at batch B a step verifies every row's tree in one "
+            "forward). Predicted: `auto`'s terms at the chosen budget (verify backed out of the recorded "
+            "prediction; draft: the replayed propose cost times the draft ratio; loop: the calibration's per-step "
+            "overhead); measured: the answers' stage means (loop: accept and KV commit). Vanilla's verify ratio is "
+            "the sitting's pace against the calibration's and cancels in a speedup; a drafter whose ratio differs "
+            "from vanilla's at the same batch size was mispredicted by the profile.")
+    return Table("cost_model", "auto's cost model against the run", data, display, note)

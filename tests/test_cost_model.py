@@ -1,0 +1,66 @@
+"""The report's cost-model table (`reports.cost_model`) on a committed `auto` batch sweep: one row per drafter and
+batch size; the verify term backed out of the recorded prediction is the profile's (recomputed with the
+prediction code from the manifest's profile); the measured terms are the answers' step means."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specbench.harness.autobudget.predict import BudgetPoint, verify_ratio
+from specbench.harness.autobudget.profile import VerifyProfile
+from specbench.reports.cost_model import cost_model_table, step_means
+from specbench.reports.runs import load_results
+from specbench.results import load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "docs" / "runs" / "issue43-batch-auto"  # vanilla + 6 drafters at `auto`, batch 1, 2, 4, 8
+FIXED = ROOT / "docs" / "runs" / "issue10-s28-limit1"  # --tree-budget 16: nothing for the table
+
+
+@pytest.fixture(scope="module")
+def table():
+    return cost_model_table(load_results(SWEEP))
+
+
+def test_one_row_per_drafter_and_batch_size(table):
+    manifest = json.loads((SWEEP / "manifest.json").read_text())
+    drafters = list(manifest["budgets"])
+    assert sorted(zip(table.data["drafter"], table.data["batch"])) == sorted(
+        (name, size) for name in drafters for size in (1, 2, 4, 8))
+    assert len(table.display) == len(table.data) and "predicted / measured" in table.note
+
+
+def test_the_backed_out_verify_is_the_profiles_at_batch_1(table):
+    """At batch 1 the manifest holds the profile itself: v1 times the profile's ratio for the point's trees
+    (the prediction code) equals the verify term the table backs out of the recorded prediction."""
+    manifest = json.loads((SWEEP / "manifest.json").read_text())
+    profile = VerifyProfile.from_json(manifest["profile"], "manifest")
+    v1 = manifest["calibration"]["loop"]["verify1_ms"]
+    rows = table.data[(table.data["batch"] == 1) & (table.data["drafter"] != "vanilla")]
+    assert len(rows) == 6
+    for row in rows.itertuples():
+        choice = manifest["budgets"][row.drafter]
+        point = next(p for p in choice["curve"] if p["budget"] == choice["budget"])
+        expected = v1 * verify_ratio(BudgetPoint(point["budget"], point["tau"], point["draft_ms"], point["trees"]),
+                                     profile)
+        assert row.verify_pred == pytest.approx(expected, rel=1e-9), row.drafter
+        assert row.draft_pred == point["draft_ms"] and row.tau_calibration == point["tau"]
+
+
+def test_the_measured_terms_are_the_answers_step_means(table):
+    records = load_run(SWEEP / "batch-4")["hydra"]
+    steps = [step for record in records for turn in record.steps for step in turn]
+    row = table.data[(table.data["batch"] == 4) & (table.data["drafter"] == "hydra")].iloc[0]
+    assert row.verify_run == pytest.approx(np.mean([s.stage_ms["verify"] for s in steps]))
+    assert row.loop_run == pytest.approx(np.mean([s.stage_ms["accept"] for s in steps]))
+    assert row.tau_run == pytest.approx(sum(s.accepted for s in steps) / len(steps))
+    assert step_means(records)["draft"] == pytest.approx(row.draft_run)
+    assert row.step_run == pytest.approx(row.verify_run + row.draft_run + row.loop_run)
+
+
+def test_a_run_at_fixed_budgets_has_no_table():
+    assert cost_model_table(load_results(FIXED)) is None
