@@ -122,3 +122,20 @@ def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_siz
     assert load_profile(cache_path(profile_key(target, batch=3), cache_root())).batch == 3
     at_three = [json.loads(line) for line in (out / "batch-3" / "answers" / "ngram.jsonl").read_text().splitlines()]
     assert {r["tree_budget"] for r in at_three} == {again["batches"]["3"]["budget"]}
+
+
+def test_a_batch_step_costs_its_largest_tree():
+    """At B > 1 every row's tree is padded to the largest's bucket: a drafter proposing 1 node half the time and 4
+    the other half pays r(4) unless every row drew 1 node (P = 0.5^B); one that always proposes 4 pays r(4) at any
+    B; at batch 1 the mean of the rows' own costs is kept."""
+    from specbench.harness.autobudget.predict import verify_ratio
+
+    ms = {"chain": [10.0, 12.0, 15.0, 20.0], "bushy": [10.0, 12.0, 15.0, 20.0]}
+    mixed = BudgetPoint(4, 2.0, 0.0, {"1:0": 50, "4:3": 50})
+    fixed = BudgetPoint(4, 2.0, 0.0, {"4:3": 100})
+    for batch in (2, 4, 8):
+        profile = VerifyProfile(key={"batch": batch}, sizes=[1, 2, 4, 8], ms=ms, batch=batch)
+        assert verify_ratio(mixed, profile) == pytest.approx(0.5 ** batch * 1.0 + (1 - 0.5 ** batch) * 1.5)
+        assert verify_ratio(fixed, profile) == pytest.approx(1.5)
+    single = VerifyProfile(key={}, sizes=[1, 2, 4, 8], ms={"chain": [10.0, 12.0, 15.0, 20.0]})
+    assert verify_ratio(mixed, single) == pytest.approx(0.5 * 1.0 + 0.5 * single.relative(4, "chain"))

@@ -53,11 +53,36 @@ def tree_ratio(profile: VerifyProfile, nodes: int, depth: int) -> float:
 
 
 def verify_ratio(point: BudgetPoint, profile: VerifyProfile) -> float:
-    """Mean t_verify / t_verify(1) over the point's steps (its budget when it has no tree counts)."""
+    """Mean t_verify / t_verify(1) over the point's steps (its budget when it has no tree counts). At a batch
+    profile's B > 1 rows a step pads every row's tree to the bucket of the largest (`padded_ratio`)."""
     if not point.trees:
         return profile.relative(point.budget)
-    total = sum(point.trees.values())
-    return sum(count * tree_ratio(profile, *map(int, key.split(":"))) for key, count in point.trees.items()) / total
+    trees = {tuple(map(int, key.split(":"))): count for key, count in point.trees.items()}  # (nodes, depth) -> steps
+    if profile.batch > 1:
+        return padded_ratio(trees, profile)
+    total = sum(trees.values())
+    return sum(count * tree_ratio(profile, *shape) for shape, count in trees.items()) / total
+
+
+def padded_ratio(trees: dict[tuple[int, int], int], profile: VerifyProfile) -> float:
+    """Expected t_verify / t_verify(1) of a step of B = ``profile.batch`` rows whose trees are drawn independently
+    from ``trees`` ((nodes, depth) -> steps): the step costs the largest tree's, so P(largest = n) = F(n)^B -
+    F(n-1)^B with F the share of trees of at most n nodes; a tree of n nodes is taken at the mean depth of those
+    replayed. A drafter whose tree size varies (ngram: 1 node where nothing matches) pays more per row than
+    its mean tree suggests; one that always proposes its budget pays the same."""
+    total = sum(trees.values())
+    counts: dict[int, int] = {}  # nodes -> steps
+    depths: dict[int, int] = {}  # nodes -> sum of their depths
+    for (nodes, depth), count in trees.items():
+        counts[nodes] = counts.get(nodes, 0) + count
+        depths[nodes] = depths.get(nodes, 0) + depth * count
+    expected, below = 0.0, 0.0  # below: F of the previous size
+    for nodes in sorted(counts):
+        share = below + counts[nodes] / total  # F(nodes)
+        expected += (share ** profile.batch - below ** profile.batch) * tree_ratio(
+            profile, nodes, round(depths[nodes] / counts[nodes]))
+        below = share
+    return expected
 
 
 def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
