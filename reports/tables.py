@@ -418,7 +418,26 @@ def batch_table(run: RunResults) -> Table | None:
             "time (rows refilled as sequences end); × vanilla divides by vanilla's throughput at the same batch "
             "size. Equal to vanilla compares each sequence's ids with vanilla's at that batch size. Predicted: the "
             "throughput speedup `auto` predicted when it chose the budget at that batch size (blank for fixed budgets).")
+    note += "".join(" " + line for line in drained_batches(data))
     return Table("batch_sizes", "Throughput and speedup by batch size", data, display, note)
+
+
+#: a batch size needs at least this many questions per row for its throughput to be that of a refilled batch
+REFILLED_QUESTIONS_PER_ROW = 4
+
+
+def drained_batches(data: pd.DataFrame) -> list[str]:
+    """A line for every batch size B > 1 whose run had fewer than `REFILLED_QUESTIONS_PER_ROW` x B questions: its
+    passes spend much of their time draining (rows end and no question is left to refill them), so throughput
+    follows the slowest rows' τ rather than the mean, and `auto`'s prediction (a full batch) overstates it."""
+    lines = []
+    for size, rows in data.groupby("batch_size"):
+        questions = int(rows["n_questions"].max())
+        if size > 1 and questions < REFILLED_QUESTIONS_PER_ROW * size:
+            lines.append(f"Batch {int(size)}: {questions} questions, fewer than {REFILLED_QUESTIONS_PER_ROW} per row: "
+                         f"the batch drains as rows end, so its throughput follows the slowest rows (use "
+                         f"--limit or a larger question file for at least {REFILLED_QUESTIONS_PER_ROW * int(size)}).")
+    return lines
 
 
 def predicted_at(choice: dict | None, size: int) -> float:

@@ -122,6 +122,18 @@ def test_the_report_shows_the_sweep(tiny_setup, tmp_path):
     overall = summarize_run(out).query("category == 'overall'")
     assert list(table.data["throughput_speedup"]) == pytest.approx(list(overall["throughput_speedup"]))
     assert any(chart.name == "batch_scaling" for chart in section.charts)
+    assert "Batch 2: 4 questions, fewer than 4 per row" in table.note  # 4 questions cannot keep 2 rows refilled
+
+
+def test_a_batch_size_with_enough_questions_is_not_called_drained():
+    import pandas as pd
+
+    from specbench.reports.tables import drained_batches
+
+    data = pd.DataFrame({"batch_size": [1, 2, 2, 4], "n_questions": [8, 8, 8, 8]})
+    assert drained_batches(data) == [
+        "Batch 4: 8 questions, fewer than 4 per row: the batch drains as rows end, so its throughput follows the "
+        "slowest rows (use --limit or a larger question file for at least 16)."]
 
 
 def test_resume_skips_finished_work_at_each_batch_size(tiny_setup, tmp_path):
