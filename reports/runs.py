@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.results import ANSWERS, BASELINE, Answer, answer_files, load_run, read_manifest
+from specbench.results import ANSWERS, BASELINE, Answer, answer_files, batch_folders, load_run, read_manifest
 from specbench.sampling import Sampling
 
 
@@ -78,6 +78,11 @@ def load_results(folder: Path, allow_incomplete: bool = False) -> RunResults:
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecbenchError(f"run directory not found: {folder}")
+    sub_runs = batch_folders(folder)
+    if sub_runs and not (folder / ANSWERS).is_dir():  # `--batch-size` without 1: each size is its own sub-run
+        raise SpecbenchError(f"{folder} ran batch sizes {', '.join(str(size) for size, _ in sub_runs)} only (no batch "
+                             f"1 beside them): report a size with `specbench report {sub_runs[0][1]}`, or add batch 1 "
+                             f"with the same `specbench run` command plus --batch-size 1,... and --resume")
     answers = load_run(folder)
     files = answer_files(folder / ANSWERS)
     for name, records in answers.items():

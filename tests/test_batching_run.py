@@ -197,6 +197,10 @@ def test_batch_sizes_only_above_1_write_no_top_level_answers(tiny_setup, tmp_pat
     assert not (out / "answers").exists() and (out / "batch-2" / "answers" / "vanilla.jsonl").is_file()
     summary = write_summary(out)
     assert set(summary["batch_size"]) == {2}
+    assert_one_line_error(run_cli("report", str(out), "--out", str(tmp_path / "report")), "ran batch sizes 2 only")
+    from specbench.reports.runs import load_results
+
+    assert load_results(out / "batch-2").answers  # the sub-run reports on its own, as the error says
 
 
 @pytest.mark.parametrize("given, sizes", [("4,1,4", [1, 4]), ("2", [2]), (3, [3]), ([2, 1], [1, 2])])
