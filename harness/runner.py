@@ -47,12 +47,12 @@ from specbench.progress import phase
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.results import (
-    BASELINE,
-    MANIFEST,
-    Answer,
     ANSWER_SUFFIXES,
     ANSWERS,
+    BASELINE,
     BATCH_PREFIX,
+    MANIFEST,
+    Answer,
     answers_path,
     append_answer,
     batch_folder,

@@ -15,8 +15,8 @@ from matplotlib.figure import Figure
 
 from specbench.errors import SpecbenchError
 from specbench.reports import charts, render, tables
-from specbench.reports.cost_model import cost_model_table
 from specbench.reports.context import context_table
+from specbench.reports.cost_model import cost_model_table
 from specbench.reports.document import Chart, Report, Section
 from specbench.reports.runs import RunResults
 from specbench.reports.tables import Table

@@ -145,8 +145,13 @@ def test_an_eager_step_attends_over_the_active_width_with_the_same_logits(llama_
     active, _ = target.forward_trees(trees, cache)  # [2, 4, V]: a 3-node tree pads to bucket 4
     assert cache.width == 2 * WIDTH_STEP and cache.columns.shape == (2 * WIDTH_STEP,)
     set_width = BatchTreeCache.set_width
-    whole = lambda self, needed: set_width(self, None)  # noqa: E731
-    cut = lambda self, needed: set_width(self, WIDTH_STEP)  # noqa: E731: row 1's prefix does not fit
+
+    def whole(self, needed):
+        set_width(self, None)
+
+    def cut(self, needed):  # row 1's prefix does not fit
+        set_width(self, WIDTH_STEP)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(BatchTreeCache, "set_width", whole)
         full, _ = target.forward_trees(trees, cache)
