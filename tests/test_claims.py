@@ -192,11 +192,17 @@ def kept_runs() -> list[Path]:
     return [run for run in found if run.relative_to(ROOT).parts in tracked]
 
 
+def keeps_answers(run: Path) -> bool:
+    """The run keeps answer files: its own answers/, or a batch sweep's ``batch-B/answers/`` (a sweep of sizes
+    above 1 only has no batch-1 answers)."""
+    return (run / ANSWERS).is_dir() or any(folder.is_dir() for folder in run.glob(f"batch-*/{ANSWERS}"))
+
+
 def committed_runs() -> list[Path]:
     """Every committed run directory that keeps its answers (tracked by git where the tree is a checkout, so
     a run still being made beside it is not one)."""
     listed = subprocess.run(["git", "ls-files", "--", *RUN_FOLDERS], cwd=ROOT, capture_output=True, text=True)
-    found = (run for folder in RUN_FOLDERS for run in (ROOT / folder).glob("*") if (run / ANSWERS).is_dir())
+    found = (run for folder in RUN_FOLDERS for run in (ROOT / folder).glob("*") if keeps_answers(run))
     if listed.returncode != 0:
         return sorted(found)
     tracked = {Path(line).parts[:3] for line in listed.stdout.splitlines() if len(Path(line).parts) > 3}
@@ -359,8 +365,8 @@ def test_each_kept_run_is_cited_by_a_reference_doc_and_keeps_its_answers_or_says
     text = "".join(doc.read_text(encoding="utf-8") for doc in claim_docs())
     assert run.name in text, f"{run.relative_to(ROOT)} is cited by neither the README nor docs/*.md: delete it"
     name = str(run.relative_to(ROOT))
-    assert (run / ANSWERS).is_dir() or name in WITHOUT_ANSWERS, f"{name} keeps no answers/"
-    assert not ((run / ANSWERS).is_dir() and name in WITHOUT_ANSWERS), f"{name} has answers: drop it from the list"
+    assert keeps_answers(run) or name in WITHOUT_ANSWERS, f"{name} keeps no answers/"
+    assert not (keeps_answers(run) and name in WITHOUT_ANSWERS), f"{name} has answers: drop it from the list"
 
 
 def test_the_list_of_runs_without_answers_names_kept_runs():
@@ -372,7 +378,8 @@ def test_the_list_of_runs_without_answers_names_kept_runs():
 def test_each_committed_run_with_answers_gives_its_committed_summary(run, tmp_path):
     """summary.csv is what the answers give (the file written as `specbench run` writes it)."""
     copy = tmp_path / run.name
-    shutil.copytree(run / ANSWERS, copy / ANSWERS)
+    if (run / ANSWERS).is_dir():
+        shutil.copytree(run / ANSWERS, copy / ANSWERS)
     for folder in run.glob("batch-*"):  # a batch sweep's sub-runs: one block of rows per batch size
         shutil.copytree(folder / ANSWERS, copy / folder.name / ANSWERS)
     if (run / "manifest.json").exists():
