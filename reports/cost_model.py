@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from specbench.reports.runs import RunResults
-from specbench.reports.tables import Table, fmt
+from specbench.reports.tables import Table, at_batch, fmt
 from specbench.results import BASELINE, Answer, batch_folders, load_run
 
 
@@ -32,15 +32,6 @@ def step_means(records: list[Answer]) -> dict[str, float]:
             "tau": float(np.mean([step.accepted for step in steps]))}
 
 
-def _choice(budgets: dict, name: str, size: int) -> dict | None:
-    entry = budgets.get(name) or {}
-    return entry if size == 1 else (entry.get("batches") or {}).get(str(size))
-
-
-def _loop(calibration: dict, size: int) -> dict | None:
-    return calibration.get("loop") if size == 1 else ((calibration.get("batches") or {}).get(str(size)) or {}).get("loop")
-
-
 def cost_model_table(run: RunResults) -> Table | None:
     """Predicted against measured step terms for every drafter `auto` chose a budget for, at every batch size
     of the run; None without `auto` budgets or stage times."""
@@ -52,7 +43,7 @@ def cost_model_table(run: RunResults) -> Table | None:
                                                             for size, folder in batch_folders(run.path)]
     rows = []
     for size, answers in sizes:
-        loop = _loop(calibration, size)
+        loop = (at_batch(calibration, size) or {}).get("loop")
         if not loop:
             continue
         v1, o = loop["verify1_ms"], loop["overhead_ms"]
@@ -64,7 +55,7 @@ def cost_model_table(run: RunResults) -> Table | None:
                 rows.append({"drafter": name, "batch": size, "budget": 1, "verify_pred": v1, "draft_pred": 0.0,
                              "loop_pred": o, "tau_calibration": 1.0, "predicted_speedup": np.nan, **measured})
                 continue
-            choice = _choice(budgets, name, size)
+            choice = at_batch(budgets.get(name), size)
             point = next((p for p in (choice or {}).get("curve") or [] if p["budget"] == choice["budget"]), None)
             if choice is None or choice.get("how") != "auto" or point is None:
                 continue

@@ -440,10 +440,17 @@ def drained_batches(data: pd.DataFrame) -> list[str]:
     return lines
 
 
+def at_batch(entry: dict | None, size: int) -> dict | None:
+    """A manifest entry (a drafter's `budgets` choice, or `calibration`) at batch size ``size``: itself at 1, else its
+    ``batches`` entry for ``size`` (None when there is none)."""
+    if not entry:
+        return None
+    return entry if size == 1 else (entry.get("batches") or {}).get(str(size))
+
+
 def predicted_at(choice: dict | None, size: int) -> float:
     """The speedup `auto` predicted for a manifest's budget choice at batch size ``size`` (NaN when fixed)."""
     if not choice or choice.get("how") != "auto":
         return np.nan
-    chosen = choice if size == 1 else (choice.get("batches") or {}).get(str(size)) or {}
-    value = chosen.get("predicted_speedup")
+    value = (at_batch(choice, size) or {}).get("predicted_speedup")
     return np.nan if value is None else float(value)
