@@ -271,7 +271,8 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
         if start < self._own_length:
             raise RuntimeError("eagle3: own target cache out of step (call reset before each sequence)")
         tokens = ctx.tokens[self._own_length : start + m].to(ctx.target.device)[None]
-        ctx.target.model.base_model(input_ids=tokens, cache=self._own_cache, use_cache=True)
+        body = ctx.target.model.base_model
+        body(input_ids=tokens, **{kv.cache_keyword(body): self._own_cache}, use_cache=True)
         self._own_length = start + m
         states = ctx.target.taps.states(self.module.layer_ids)
         if states is None:

@@ -62,6 +62,7 @@ class SpSDrafter(Drafter):
         if self._draft is None or self._draft_for != target.fingerprint:
             self._draft, self._identity = self._build(target)
             self._draft_for = target.fingerprint
+            self._cache_keyword = kv.cache_keyword(self._draft)  # "cache" or "past_key_values"
         self._cache, self._cached = kv.new_cache(), []
 
     def identity(self) -> str:
@@ -105,7 +106,7 @@ class SpSDrafter(Drafter):
     def _next_logits(self, tokens: list[int], device: torch.device) -> torch.Tensor:
         """Feed ``tokens`` after what the draft cache holds; logits Tensor[V] after the last one."""
         ids = torch.tensor([tokens], dtype=torch.long, device=device)  # [1, m]
-        logits = self._draft(input_ids=ids, cache=self._cache, use_cache=True).logits[0, -1]
+        logits = self._draft(input_ids=ids, **{self._cache_keyword: self._cache}, use_cache=True).logits[0, -1]
         self._cached += tokens
         return logits
 

@@ -13,10 +13,19 @@ methods (device moves, no reallocation).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache
 
 from specbench.static_cache import TreeStaticCache, bucket_of
+
+
+def cache_keyword(module: torch.nn.Module) -> str:
+    """The keyword ``module``'s forward takes its KV cache by: ``cache`` (transformers 5.24 and later) or
+    ``past_key_values`` (earlier 5.x, e.g. the 5.17 GPU images ship). A wrong one lands silently in
+    ``**kwargs`` and the model decodes on an empty cache of its own, so callers look it up once per module."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 def new_cache() -> DynamicCache:

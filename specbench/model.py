@@ -315,6 +315,7 @@ class TargetModel:
         self.tokenizer = tokenizer
         self.source = source
         self.decoder = model.base_model  # the transformer body: returns normed last hidden states
+        self.cache_keyword = kv.cache_keyword(self.decoder)  # "cache" or "past_key_values" (the transformers version)
         self.lm_head = model.get_output_embeddings()
         self.device = model.get_input_embeddings().weight.device  # the primary device when spread over GPUs
         self.dtype = next(model.parameters()).dtype
@@ -431,7 +432,8 @@ class TargetModel:
         if isinstance(cache, static_cache.TreeStaticCache):
             logits, hidden = self._static_prefill(input_ids, cache)
         else:
-            out = self.decoder(input_ids=input_ids.to(self.device)[None], cache=cache, use_cache=True)
+            out = self.decoder(input_ids=input_ids.to(self.device)[None], **{self.cache_keyword: cache},
+                               use_cache=True)
             hidden = out.last_hidden_state[0]  # [L, H]
             logits = self.lm_head(hidden[-1])
         self.handle.taps.mark("prefill")  # a drafter reading layer taps finds its prompt's forward by this
@@ -458,7 +460,8 @@ class TargetModel:
             positions = torch.tensor([[past + d for d in depths]], device=self.device)  # [1, n]
             mask = self._tree_mask(tree, past, depths)
         out = self.decoder(
-            input_ids=tokens, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True
+            input_ids=tokens, position_ids=positions, attention_mask=mask, **{self.cache_keyword: cache},
+            use_cache=True,
         )
         hidden = out.last_hidden_state[0]  # [n, H]
         self.handle.taps.mark("step")
@@ -550,7 +553,8 @@ class TargetModel:
         if self.sliding_window is not None:
             windowed = visible & (positions[:, :, None] - key_positions[:, None, :] < self.sliding_window)
             mask = {"full_attention": mask, "sliding_attention": self._additive_on_device(windowed)[0].transpose(0, 1)}
-        out = self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
+        out = self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask,
+                           **{self.cache_keyword: cache}, use_cache=True)
         hidden = out.last_hidden_state  # [B, T, H]
         return self.lm_head(hidden), hidden
 
@@ -563,7 +567,7 @@ class TargetModel:
         positions = torch.arange(length, device=self.device)
         mask = self._static_mask(positions[:, None] >= cache.columns[None, :], positions, cache.columns)
         out = self.decoder(input_ids=input_ids.to(self.device)[None], position_ids=positions[None],
-                           attention_mask=mask, cache=cache, use_cache=True)
+                           attention_mask=mask, **{self.cache_keyword: cache}, use_cache=True)
         cache.set_length(length)
         hidden = out.last_hidden_state[0]  # [L, H]
         return self.lm_head(hidden[-1]), hidden
@@ -596,8 +600,8 @@ class TargetModel:
         positions = past + depths  # [B]
         key_positions = torch.where(in_tree, past + depths[slot], columns)  # [S]
         mask = self._static_mask(visible, positions, key_positions)
-        out = self.decoder(input_ids=tokens[None], position_ids=positions[None], attention_mask=mask, cache=cache,
-                           use_cache=True)
+        out = self.decoder(input_ids=tokens[None], position_ids=positions[None], attention_mask=mask,
+                           **{self.cache_keyword: cache}, use_cache=True)
         hidden = out.last_hidden_state[0]  # [B, H]
         logits = self.lm_head(hidden)  # [B, V]
         return logits, hidden, greedy_select(tokens, parents, ancestors, valid, logits.argmax(dim=-1))

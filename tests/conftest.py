@@ -25,6 +25,7 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from specbench import kv
 from specbench.model import TargetModel, cache_root
 
 
@@ -141,7 +142,7 @@ def plain_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos_ids) -> 
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     out: list[int] = []
     while len(out) < max_new_tokens:
-        logits = model(input_ids=ids, cache=cache, use_cache=True).logits[0, -1]
+        logits = model(input_ids=ids, **{kv.cache_keyword(model): cache}, use_cache=True).logits[0, -1]
         token = int(logits.argmax())
         out.append(token)
         if token in eos_ids:
@@ -155,7 +156,7 @@ def sequential_logits(model, token_ids: list[int]) -> torch.Tensor:
     """Logits Tensor[len, V] of ``token_ids`` fed one token at a time through a fresh default cache."""
     cache = DynamicCache(config=model.config)
     rows = [
-        model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True).logits[0, -1] for t in token_ids
+        model(input_ids=torch.tensor([[t]]), **{kv.cache_keyword(model): cache}, use_cache=True).logits[0, -1] for t in token_ids
     ]
     return torch.stack(rows)
 

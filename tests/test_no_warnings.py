@@ -1,6 +1,6 @@
-"""No warnings: models are called with transformers' current ``cache=`` keyword (``past_key_values=`` prints
-a FutureWarning from 5.24 on and is removed in 5.40), and a short run on the default model prints nothing
-on stderr with every Python warning turned into an error."""
+"""No warnings: models are called with the cache keyword the installed transformers declares (``cache=`` from
+5.24 on, where ``past_key_values=`` prints a FutureWarning and is removed in 5.40), and a short run on the
+default model prints nothing on stderr with every Python warning turned into an error."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ARCHS, PROMPTS, build_tiny_model, make_target
+from specbench import kv
 from specbench.drafters.sps import SpSDrafter
 from specbench.harness.loop import generate
 from specbench.registry import create_drafter
@@ -24,20 +25,25 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_installed_transformers_is_within_the_declared_bound_and_takes_cache():
-    """pyproject.toml asks for transformers>=5.24 because earlier 5.x models take only ``past_key_values``:
-    a ``cache=`` keyword would land in ``**kwargs`` there and the KV cache would silently stay empty."""
+def test_installed_transformers_is_within_the_declared_bound_and_the_cache_keyword_is_the_declared_one():
+    """Models take their KV cache by the keyword their forward declares (``cache`` from transformers 5.24,
+    ``past_key_values`` before, down to the 5.17 that GPU images ship): a wrong one would land in ``**kwargs``
+    and the model would decode on an empty cache of its own, silently."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     from packaging.requirements import Requirement
 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     (req,) = [Requirement(d) for d in deps if Requirement(d).name == "transformers"]
-    assert "5.23.0" not in req.specifier and "5.24.0" in req.specifier and "6.0.0" not in req.specifier
+    assert "5.16.0" not in req.specifier and "5.17.0" in req.specifier and "6.0.0" not in req.specifier
     assert version("transformers") in req.specifier
+    newer = tuple(int(p) for p in version("transformers").split(".")[:2]) >= (5, 24)
     for arch in ARCHS:
         model = build_tiny_model(arch)
-        assert "cache" in inspect.signature(model.forward).parameters, arch
-        assert "cache" in inspect.signature(model.get_decoder().forward).parameters, arch
+        for module in (model, model.get_decoder()):
+            assert kv.cache_keyword(module) == ("cache" if newer else "past_key_values"), arch
+            assert kv.cache_keyword(module) in inspect.signature(module.forward).parameters, arch
+        target = make_target(model)
+        assert target.cache_keyword == kv.cache_keyword(target.decoder)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -31,7 +31,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specbench import DraftContext, Drafter, DraftTree, VerifyOutcome
+from specbench import DraftContext, Drafter, DraftTree, VerifyOutcome, kv
 from specbench.harness.loop import generate
 from specbench.registry import create_drafter
 from specbench.sampling import Sampling
@@ -116,11 +116,11 @@ def conditionals(target, prompt: list[int], outputs: list[tuple[int, ...]]) -> d
         by_length.setdefault(len(output), []).append(output)
     for length, group in sorted(by_length.items()):
         cache = DynamicCache(config=target.model.config)
-        first = target.model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
+        first = target.model(input_ids=torch.tensor([prompt]), **{kv.cache_keyword(target.model): cache}, use_cache=True)
         logits = first.logits[:, -1:].expand(len(group), 1, -1)  # [B, 1, V]
         if length > 1:
             cache.batch_repeat_interleave(len(group))
-            rest = target.model(input_ids=torch.tensor([list(o[:-1]) for o in group]), cache=cache,
+            rest = target.model(input_ids=torch.tensor([list(o[:-1]) for o in group]), **{kv.cache_keyword(target.model): cache},
                                 use_cache=True).logits  # [B, length - 1, V]
             logits = torch.cat([logits, rest], dim=1)
         for output, rows in zip(group, SAMPLING.warp(logits).double()):
