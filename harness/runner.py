@@ -216,6 +216,15 @@ class Run:
         mine = self.shard.owns(self.questions) if self.shard else self.questions
         return [q for q in mine if any(q.question_id not in self.done.get(d, {}) for d in self.drafter_names)]
 
+    def _record_compile_seconds(self, target: TargetModel) -> None:
+        """The compiled regime's warm-up cost per compiled function (`TargetModel.compile_seconds`), in the
+        manifest's ``regime`` record: written after the warm-up (a run cut short still says where its time
+        went) and again at the end (batch sizes compile in their own warm-ups)."""
+        manifest = read_manifest(self.out) if self.is_main and target.compile else None
+        if manifest is not None:
+            manifest.setdefault("regime", {})["compile_seconds"] = dict(target.compile_seconds)
+            write_json(self.out / MANIFEST, manifest)
+
     def _budgets_and_manifest(self, target: TargetModel, prompts: PromptBuilder,
                               ranks: list[dict] | None) -> dict[str, BudgetChoice]:
         """The tree budgets (a resumed run keeps the ones it chose), and the manifest written with them."""
@@ -297,6 +306,7 @@ class Run:
             for name, drafter in drafters.items():
                 generate(target, drafter, warm_ids, min(WARMUP_TOKENS, config.max_new_tokens), self.budgets[name].budget,
                          sampling=config.sampling, seed=turn_seed(config.seed, "warm-up", 0))
+        self._record_compile_seconds(target)
 
         bar = phase("questions x drafters", len(todo) * len(drafters), "q", show=self.progress)
         live: dict[str, list[float]] = {name: [0, 0.0, 0, 0] for name in drafters}  # tokens, seconds, steps, accepted
@@ -324,6 +334,7 @@ class Run:
         for size, questions in batched.items():
             if questions:
                 self._run_batch_size(size, questions, target, prompts)
+        self._record_compile_seconds(target)
         self._merge()
         if self.is_main and config.sampling.greedy and 1 in sizes:  # after every timed turn: the re-score cannot perturb timing
             self.attribution = self._attribute(target, prompts)

@@ -19,7 +19,9 @@ import importlib
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -341,6 +343,7 @@ class TargetModel:
         self._min = torch.finfo(self.dtype).min
         self.regime = "eager"
         self.compile = False  # compiled regime: torch.compile the bucket steps (False: the same code, eager)
+        self.compile_seconds: dict[str, float] = {}  # what each compiled function's first call cost
         self.min_capacity = static_cache.MIN_CAPACITY
         self._static: static_cache.TreeStaticCache | None = None
         self._steps: dict[int, object] = {}  # bucket -> the (compiled) static tree step
@@ -362,6 +365,7 @@ class TargetModel:
             self.min_capacity = min_capacity
         self._static, self._steps = None, {}
         self._batch_caches, self._batch_steps = {}, {}
+        self.compile_seconds: dict[str, float] = {}  # what each compiled function's first call cost
         if self.compile:
             import torch._dynamo
 
@@ -391,22 +395,46 @@ class TargetModel:
         so a drafter's frontier widths and growing context cost a bounded number of graphs). On a GPU the
         outputs are copied out of the CUDA graph's buffers, which its next replay overwrites while a drafter
         still holds them (its draft cache, a path's embeddings)."""
-        compiled = torch.compile(function, dynamic=None, mode=self._compile_mode())
+        # dynamic from the start: a part's shapes change with every frontier, and specialising its first shape
+        # would cost one more compilation per part (on a GPU, tens of seconds of a short lease each)
+        compiled = torch.compile(function, dynamic=True, mode=self._compile_mode())
+        label = f"drafter part {getattr(function, '__qualname__', 'forward')}"
         if self.device.type != "cuda":
-            return compiled
+            return self._first_call_timed(compiled, label)
 
         def run(*args, **kwargs):
             return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
 
-        return run
+        return self._first_call_timed(run, label)
 
     def _compile_mode(self) -> str | None:
         return "reduce-overhead" if self.device.type == "cuda" else None
 
-    def _compiled(self, function):
+    def _compiled(self, function, label: str = "commit"):
+        """``function`` compiled for fixed shapes (one graph per bucket), its first call timed."""
         if not self.compile:
             return function
-        return torch.compile(function, dynamic=False, mode=self._compile_mode())
+        return self._first_call_timed(torch.compile(function, dynamic=False, mode=self._compile_mode()), label)
+
+    def _first_call_timed(self, function, label: str):
+        """``function`` whose first call, where compilation happens, is timed: ``compile_seconds[label]`` (the
+        manifest of a compiled run records them) and one line on stderr, so a slow warm-up says what it spent."""
+        first = True
+
+        def run(*args, **kwargs):
+            nonlocal first
+            if not first:
+                return function(*args, **kwargs)
+            start = time.perf_counter()
+            out = function(*args, **kwargs)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            first, seconds = False, time.perf_counter() - start
+            self.compile_seconds[label] = round(self.compile_seconds.get(label, 0.0) + seconds, 2)
+            print(f"specbench: compiled {label} in {seconds:.1f} s", file=sys.stderr)
+            return out
+
+        return run
 
     def new_cache(self):
         """A fresh dynamic cache (eager), or the target's one static cache emptied (compiled: preallocated
@@ -530,7 +558,8 @@ class TargetModel:
         cache.set_width(None if self.regime == "compiled" else longest + bucket)
         key = (len(trees), bucket)
         if key not in self._batch_steps:  # compiled regime: one graph per (batch size, bucket); eager: the function
-            self._batch_steps[key] = self._compiled(self._batch_step) if self.regime == "compiled" else self._batch_step
+            self._batch_steps[key] = (self._compiled(self._batch_step, f"batch {len(trees)} step, bucket {bucket}")
+                                      if self.regime == "compiled" else self._batch_step)
         logits, hidden = self._batch_steps[key](packed, cache)
         self.handle.taps.mark("step")  # row b's layer taps are batch row b of this forward
         return logits, hidden
@@ -582,7 +611,7 @@ class TargetModel:
         packed = cache.input_buffer(bucket)
         packed.copy_(static_cache.pad_tree(tree, bucket))
         if bucket not in self._steps:
-            self._steps[bucket] = self._compiled(self._static_step)
+            self._steps[bucket] = self._compiled(self._static_step, f"tree step, bucket {bucket}")
         logits, hidden, selection = self._steps[bucket](packed, cache)
         cache.bucket, cache.selection = bucket, selection
         return logits[:n], hidden[:n]

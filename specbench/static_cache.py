@@ -179,7 +179,8 @@ class TreeStaticCache(StaticCache):
 
     def _mover(self, bucket: int):
         if bucket not in self._movers:
-            self._movers[bucket] = move_slots if self.compile_commit is None else self.compile_commit(move_slots)
+            self._movers[bucket] = (move_slots if self.compile_commit is None
+                                    else self.compile_commit(move_slots, f"commit, bucket {bucket}"))
         return self._movers[bucket]
 
     def committed(self) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -118,8 +118,8 @@ def greedy_select(tokens: torch.Tensor, parents: torch.Tensor, ancestors: torch.
     accepted = ~(ancestors & ~ok[None, :]).any(dim=-1)  # [B]
     depth = ancestors.sum(dim=-1)  # [B], root 1
     score = torch.where(accepted, depth * (size + 1) + (size - index), torch.zeros_like(depth))
-    best = score.argmax()
-    return torch.stack([best, target_argmax[best]])
+    best = score.argmax().unsqueeze(0)  # [1]: indexing with a 0-d tensor would read it back (a graph break)
+    return torch.cat([best, target_argmax[best]])
 
 
 def verify_step(rule: "AcceptanceRule", tree: DraftTree, logits: torch.Tensor, hidden: torch.Tensor,

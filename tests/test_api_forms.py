@@ -62,6 +62,20 @@ def test_a_target_model(tiny_hf, tmp_path):
     check_result(result, tmp_path / "run", in_memory=True)
 
 
+def test_a_compiled_run_records_what_its_warm_up_compiled(tiny_hf, tmp_path):
+    """The compiled regime through the API: ids as in the eager run, and the manifest says what each compiled
+    function's first call cost (`TargetModel.compile_seconds`: a GPU lease's warm-up is its biggest cost)."""
+    model, tokenizer = tiny_hf
+    eager = specbench.run(model=model, tokenizer=tokenizer, out=tmp_path / "eager", **SHORT)
+    compiled = specbench.run(model=model, tokenizer=tokenizer, out=tmp_path / "compiled", regime="compiled", **SHORT)
+    check_result(compiled, tmp_path / "compiled", in_memory=True)
+    for name in ("vanilla", "ngram"):
+        assert compiled.answers[name][0].output_ids == eager.answers[name][0].output_ids
+    seconds = compiled.manifest["regime"]["compile_seconds"]
+    assert {"tree step, bucket 1", "tree step, bucket 4"} <= set(seconds) and all(s > 0 for s in seconds.values())
+    assert "compile_seconds" not in eager.manifest.get("regime", {})
+
+
 @pytest.mark.slow
 def test_the_default_model_by_name_as_the_docstring_gives_it(default_model_available, tmp_path):
     """The issue's call (mt_bench, one question of one category, 8 tokens, a fixed budget so that no

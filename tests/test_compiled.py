@@ -146,6 +146,41 @@ def test_a_planted_acceptable_padding_node_is_caught(static_regime, reference, m
         generate(static_regime, WrongSiblings(), prompt, 24, 3)
 
 
+def test_every_compiled_function_is_one_graph_without_breaks(drafter_for, monkeypatch):
+    """What the compiled regime compiles (the tree step at batch 1 and at batch B, the commit's slot mover, and
+    each capturable drafter's parts) traces as one graph: a graph break is a host readback inside the step
+    (it was one: indexing with a 0-d tensor in `greedy_select`), and on a GPU it splits the CUDA graph and
+    multiplies what compiles. dynamo's `explain` traces each on its first call; nothing is compiled."""
+    from specbench.harness.loop import Job, generate_batch
+
+    explained: dict[str, object] = {}
+
+    def explaining(function, label=None):
+        def run(*args, **kwargs):
+            key = getattr(function, "__qualname__", repr(function))
+            if key not in explained:
+                explained[key] = torch._dynamo.explain(function)(*args, **kwargs)
+            return function(*args, **kwargs)
+        return run
+
+    target = make_target(build_tiny_model("llama"))
+    target.use_regime("compiled", min_capacity=128)
+    monkeypatch.setattr(target, "_compiled", explaining)
+    monkeypatch.setattr(target, "_compiled_part", explaining)
+    for name in ("vanilla", "medusa", "hydra", "ctc", "eagle"):
+        generate(target, drafter_for(name, target), PROMPTS[1], 12, 4)
+    jobs = [Job(list(prompt), 8, key=i) for i, prompt in enumerate(PROMPTS[:2])]
+    assert len(list(generate_batch(target, drafter_for("hydra", target), jobs, 4, 2))) == 2
+    cache = target._static
+    layers = ([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
+    explaining(static_cache.move_slots)(*layers, torch.tensor([0, 2, 1, 3]), cache.length)
+    names = set(explained)
+    assert {"TargetModel._static_step", "TargetModel._batch_step", "move_slots"} <= names
+    assert len(names) >= 3 + 4  # and the drafters' parts (medusa's heads, hydra's, ctc's, eagle's)
+    for name, explanation in explained.items():
+        assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), (name, explanation.break_reasons)
+
+
 # ---- compiled (inductor), tiny cases -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def compiled_target():
