@@ -30,9 +30,9 @@ MODEL_HELP = ("'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a mod
 DTYPES = ("float32", "bfloat16", "float16")
 #: the options `run` shares with `replay` (the target, where it runs, the drafters and the questions)
 WORKLOAD = ("model", "drafters", "bench", "categories", "limit", "max_new_tokens", "device", "device_map", "dtype",
-            "template", "threads", "drafter_options", "regime")
+            "template", "threads", "drafter_options", "regime", "compile_backend")
 #: the options every command that loads the target shares
-TARGET = ("model", "device", "device_map", "dtype", "threads", "regime")
+TARGET = ("model", "device", "device_map", "dtype", "threads", "regime", "compile_backend")
 #: published protocols' settings; a run's own options override them (`RunConfig.from_layers`)
 PRESETS = {
     # Spec-Bench's leaderboard (hemingkx/Spec-Bench, evaluation/*.sh): its 480 questions, fp16, 1,024 new
@@ -80,6 +80,10 @@ class RunConfig:
     regime: str = option("eager", "how the target verifies: eager (default; dynamic cache, eager forwards, the field's "
                          "convention) or compiled (static KV cache, trees padded to buckets 1-64, the verify forward "
                          "compiled per bucket: CUDA graphs on a GPU, inductor on a CPU)", choices=("eager", "compiled"))
+    compile_backend: str = option("inductor", "the compiled regime's torch.compile backend: inductor (fused kernels; "
+                                  "on a GPU in CUDA graphs, mode reduce-overhead) or cudagraphs (GPU only: the eager "
+                                  "kernels replayed as CUDA graphs; builds in seconds where inductor takes minutes)",
+                                  choices=("inductor", "cudagraphs"))
     template: str | None = option(None, "FastChat conversation template for models without a chat template")
     seed: int = option(0, "seed of the sampled runs' random streams (one per turn, recorded in the answers; "
                        "greedy runs do not depend on it)", parse=integer)
@@ -168,6 +172,9 @@ class RunConfig:
             raise SpecbenchError(f"model not found: {self.model} (give {MODEL_FORMS})")
         check_device_map(self.device_map, self.device, distributed=distributed.current_shard() is not None)
         check_device(self.device)
+        if self.compile_backend == "cudagraphs" and (self.regime != "compiled" or not self.device.startswith("cuda")):
+            raise SpecbenchError("--compile-backend cudagraphs needs --regime compiled and --device cuda (CUDA graphs "
+                                 f"exist on GPUs only; got --regime {self.regime} --device {self.device})")
         if self.profile is not None:
             load_profile(Path(self.profile))  # a bad file stops the run before the model loads
 

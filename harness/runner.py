@@ -281,7 +281,8 @@ class Run:
         if config.threads:
             torch.set_num_threads(config.threads)
         target = self.target or load_target(config.model, self.device, config.dtype, config.device_map)
-        target.use_regime(config.regime)  # eager (default) or compiled: the target's verify forward and cache
+        # eager (default) or compiled: the target's verify forward and cache
+        target.use_regime(config.regime, backend=config.compile_backend)
         if getattr(config, "every_drafter", False):
             self._leave_out_unavailable(target)
         if target.compile:  # the capturable drafters' forwards compiled before the manifest records them

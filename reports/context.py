@@ -49,7 +49,8 @@ def regime_label(manifest: dict) -> str:
     regime = manifest.get("regime") or {"name": (manifest.get("config") or {}).get("regime", "eager")}
     if regime.get("name") != "compiled":
         return str(regime.get("name", "eager"))
-    text = f"compiled ({regime.get('mode', '?')}; static cache, buckets {regime.get('buckets', '?')})"
+    backend = f"{regime['backend']}, " if regime.get("backend", "inductor") != "inductor" else ""
+    text = f"compiled ({backend}{regime.get('mode', '?')}; static cache, buckets {regime.get('buckets', '?')})"
     drafters = regime.get("drafters") or {}
     parts = [f"{name}: {', '.join(rec['compiled']) if rec.get('compiled') else 'eager'}" for name, rec in drafters.items()
              if name != "vanilla"]

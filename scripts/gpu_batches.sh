@@ -9,18 +9,20 @@
 #   3. one report of both.
 #
 # Usage: scripts/gpu_batches.sh OUT_DIR [REGIME]   (REGIME compiled by default; fp32: ids must equal vanilla's)
-# Environment: SIZES (default 4,16,64), DRAFTERS (default vanilla,ngram,hydra,eagle), TOKENS (default 128).
+# Environment: BACKEND (compiled regime: --compile-backend, cudagraphs by default: it builds in seconds),
+# SIZES (default 4,16,64), DRAFTERS (default vanilla,ngram,hydra,eagle), TOKENS (default 128).
 # Needs specbench installed with the default model importable (../shared/gpu/README.md's unpack step).
 set -uo pipefail
 out=${1:?usage: $0 OUT_DIR [REGIME]}; regime=${2:-compiled}
+backend=(); [ "$regime" = compiled ] && backend=(--compile-backend "${BACKEND:-cudagraphs}")
 sizes=${SIZES:-4,16,64}; drafters=${DRAFTERS:-vanilla,ngram,hydra,eagle}; tokens=${TOKENS:-128}
 mkdir -p "$out"
 export SPECBENCH_NO_PROGRESS=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
-timeout 120 specbench profile --device cuda --regime "$regime" --batch-size "1,$sizes" > "$out/profile.txt" 2>&1
+timeout 120 specbench profile --device cuda --regime "$regime" "${backend[@]}" --batch-size "1,$sizes" > "$out/profile.txt" 2>&1
 echo "profile rc=$?" >> "$out/status.txt"
 common=(--device cuda --bench mt_bench --max-new-tokens "$tokens" --drafters "$drafters" --regime "$regime"
-        --calibration package)
+        "${backend[@]}" --calibration package)
 timeout 200 specbench run "${common[@]}" --limit 1 --out "$out/batch-1" > "$out/batch-1.txt" 2>&1
 echo "batch 1 rc=$?" >> "$out/status.txt"
 timeout 360 specbench run "${common[@]}" --limit 8 --batch-size "$sizes" --out "$out/batches" > "$out/batches.txt" 2>&1

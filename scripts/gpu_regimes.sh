@@ -11,7 +11,8 @@
 # Everything lands in OUT_DIR (answers kept).
 #
 # Usage: scripts/gpu_regimes.sh OUT_DIR [DTYPE]   (DTYPE float32 by default: ids must equal vanilla's)
-# Environment: DRAFTERS, BUDGETS, REGIME_DRAFTERS, STEPS (default "regimes compiled eager": a subset runs only
+# Environment: BACKEND (the compiled regime's --compile-backend: cudagraphs by default, which builds in seconds;
+# inductor's warm-up took more than 150 s for two drafters on an H100), DRAFTERS, BUDGETS, REGIME_DRAFTERS, STEPS (default "regimes compiled eager": a subset runs only
 # those), T_REGIMES / T_COMPILED / T_EAGER (seconds per step).
 # Needs specbench installed with the default model importable (../shared/gpu/README.md's unpack step).
 set -uo pipefail
@@ -24,16 +25,16 @@ export SPECBENCH_NO_PROGRESS=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 # from outside the checkout: there, the source folder `specbench/` (no harness inside: pyproject maps it in) would
 # shadow the installed package that `python -m benchmarks.regimes` imports
-out=$(realpath "$out"); root=$(pwd); steps=" ${STEPS:-regimes compiled eager} "
+out=$(realpath "$out"); root=$(pwd); steps=" ${STEPS:-regimes compiled eager} "; backend=${BACKEND:-cudagraphs}
 [[ $steps == *" regimes "* ]] && (cd "$out" && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$root" \
     timeout "${T_REGIMES:-200}" python3 -m benchmarks.regimes --out "$out/regimes" --device cuda --dtype "$dtype" \
     --questions 4 --max-new-tokens 128 --drafters "${REGIME_DRAFTERS:-vanilla,hydra}" --budgets "$budgets" \
-    --repeats 2 > "$out/regimes.txt" 2>&1; echo "regimes rc=$?" >> "$out/status.txt")
+    --repeats 2 --compile-backend "$backend" > "$out/regimes.txt" 2>&1; echo "regimes rc=$?" >> "$out/status.txt")
 for regime in compiled eager; do
     [[ $steps == *" $regime "* ]] || continue
     t=T_${regime^^}
     timeout "${!t:-170}" specbench run --out "$out/run-$regime" --device cuda --dtype "$dtype" --bench mt_bench \
         --limit 1 --max-new-tokens 128 --drafters "$drafters" --tree-budget "$budgets" --regime "$regime" \
-        --breakdown > "$out/run-$regime.txt" 2>&1
+        --breakdown $([ "$regime" = compiled ] && echo --compile-backend "$backend") > "$out/run-$regime.txt" 2>&1
     echo "run $regime rc=$?" >> "$out/status.txt"
 done

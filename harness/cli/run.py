@@ -90,7 +90,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         torch.set_num_threads(config.threads)
     check_device(config.device)
     target = load_target(config.model, config.device, config.dtype, config.device_map)
-    target.use_regime(config.regime)  # a compiled profile times the compiled tree steps
+    target.use_regime(config.regime, backend=config.compile_backend)  # a compiled profile times the compiled tree steps
     if out_file and len(config.batch_sizes) > 1:
         raise SpecbenchError("--out-file writes one profile: give one --batch-size with it")
     for batch in config.batch_sizes:  # one profile per batch size (the batch axis), each cached on its own
@@ -143,7 +143,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     target = load_target(config.model, config.device, config.dtype, config.device_map)
-    target.use_regime(config.regime)  # replay runs the drafters; their draft cost is what it times
+    # replay runs the drafters; their draft cost is what it times
+    target.use_regime(config.regime, backend=config.compile_backend)
     prompts = PromptBuilder(target.tokenizer, config.template)
     with progress.enabled(not args.no_progress):  # the greedy pass's bar, when it is not cached yet
         recorded, stored_at = replay_trajectories(target, prompts, questions, config.max_new_tokens, config.template,
