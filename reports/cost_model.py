@@ -80,7 +80,8 @@ def cost_model_table(run: RunResults) -> Table | None:
     })
     note = ("Each cell: predicted / measured, per decoding step (at batch B a step verifies every row's tree in one "
             "forward). Predicted: `auto`'s terms at the chosen budget (verify backed out of the recorded "
-            "prediction; draft: the replayed propose cost times the draft ratio; loop: the calibration's per-step "
+            "prediction; draft: the replayed propose cost, at batch 1 times the run/replay draft ratio; loop: the "
+            "calibration's per-step "
             "overhead); measured: the answers' stage means (loop: accept and KV commit). Vanilla's verify ratio is "
             "the sitting's pace against the calibration's and cancels in a speedup; a drafter whose ratio differs "
             "from vanilla's at the same batch size was mispredicted by the profile.")

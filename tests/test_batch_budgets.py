@@ -87,7 +87,10 @@ def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_siz
                           batch=2)
     save_profile(steep, cache_path(steep.key, cache_root()))
     # a replayed curve whose tau grows with the budget (the tiny random model's own would be near 1 everywhere)
-    monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 0.0) for b in args[6]])
+    monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 0.01) for b in args[6]])
+    # batch 1's draft cost is the replay's times the run/replay ratio; at B > 1 the B-row replay's as it is
+    monkeypatch.setattr(choose, "cached_draft_ratio", lambda *args: {"ratio": 2.0})
+    monkeypatch.setattr(choose, "batch_draft_ms", lambda *args: {b: 0.005 for b in args[6]})
     options = dict(calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8], limit=1)
     run_tiny(target, out, batch_size=[1, 2], **options)
     manifest = json.loads((out / "manifest.json").read_text())
@@ -97,6 +100,8 @@ def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_siz
     best = max(p["predicted_speedup"] for p in at_two["curve"])
     assert at_two["predicted_speedup"] >= best * 0.995
     assert [p["tau"] for p in at_two["curve"]] == [p["tau"] for p in ngram["curve"]]  # rows accept what one does
+    assert [p["draft_ms"] for p in ngram["curve"]] == pytest.approx([0.02] * len(ngram["curve"]))
+    assert {p["draft_ms"] for p in at_two["curve"]} == {0.005}
     assert manifest["budgets"]["vanilla"]["batches"] == {}
     batch_record = manifest["calibration"]["batches"]["2"]
     assert batch_record["profile_source"] == str(cache_path(steep.key, cache_root()))

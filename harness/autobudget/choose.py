@@ -253,9 +253,12 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         timing_b = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root(),
                                       size)
         for name, points in curves.items():
+            # the B-row propose cost as replayed, not scaled by batch 1's run/replay ratio: at batch 1 a real
+            # propose runs 1.4-2.5x its replay (caches cold after the target's forward), at B rows the work
+            # dominates; scaled, hydra's and eagle's draft at batch 4 came out 1.6-1.75x what runs measured,
+            # unscaled 1.11x (docs/decisions.md, "Batching")
             draft = batch_draft_ms(target, name, drafters[name], options(name), trajectories, trajectory_key,
                                    [p.budget for p in points], tokens, machine, cache_root(), size)
-            draft = {budget: ms * ratios[name]["ratio"] for budget, ms in draft.items()}
             choices[name].batches[str(size)] = choose_at_batch(points, draft, profile_b, timing_b)
         batches[str(size)] = {"profile_source": source_b, "loop": asdict(timing_b)}
     if batches:
