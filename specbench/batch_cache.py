@@ -42,6 +42,10 @@ class RowLayer(StaticLayer):
         shape = (cache.rows, cache.kv_heads, capacity, cache.head_dim)
         self.keys = torch.zeros(shape, dtype=cache.dtype, device=cache.device)
         self.values = torch.zeros(shape, dtype=cache.dtype, device=cache.device)
+        # static addresses: a compiled step writes into them in place, which CUDA graphs allow only for inputs
+        # marked static (an unmarked mutated input makes torch skip the graph and run the step uncaptured)
+        torch._dynamo.mark_static_address(self.keys)
+        torch._dynamo.mark_static_address(self.values)
         self.is_initialized = True
 
     def get_seq_length(self) -> int:
@@ -70,7 +74,9 @@ class BatchTreeCache(StaticCache):
         self.capacity = -(-capacity // CAPACITY_STEP) * CAPACITY_STEP
         Cache.__init__(self, layers=[RowLayer(self, self.capacity) for _ in range(self.num_layers)])
         self.lengths = torch.zeros(rows, dtype=torch.long, device=self.device)  # [B] committed per row
+        torch._dynamo.mark_static_address(self.lengths)
         self.slots = torch.zeros(rows, 1, dtype=torch.long, device=self.device)  # [B, T] where a forward writes
+        self._slots: dict[int, torch.Tensor] = {}  # T -> the step's write slots, one static buffer per bucket
         self.all_columns = torch.arange(self.capacity, device=self.device)  # [capacity]
         self.width = self.capacity  # slots a forward attends over (`set_width`)
 
@@ -85,6 +91,15 @@ class BatchTreeCache(StaticCache):
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0
+
+    def set_slots(self, bucket: int) -> None:
+        """A step of ``bucket`` nodes per row writes row b at ``lengths[b] + arange(bucket)``: ``slots`` [B, T],
+        filled in place in the bucket's own buffer (a fixed address for a captured step)."""
+        if bucket not in self._slots:
+            self._slots[bucket] = torch.zeros(self.rows, bucket, dtype=torch.long, device=self.device)
+            torch._dynamo.mark_static_address(self._slots[bucket])
+        self.slots = self._slots[bucket]
+        self.slots.copy_(self.lengths[:, None] + torch.arange(bucket, device=self.device)[None, :])
 
     def clear_row(self, row: int) -> None:
         """Row ``row`` holds nothing (a new sequence joins it). Its stale slots stay, hidden by the masks."""

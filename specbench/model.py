@@ -575,7 +575,7 @@ class TargetModel:
         longest = int(cache.lengths.max())
         if longest + bucket > cache.capacity:
             raise ValueError(f"batch cache of {cache.capacity} positions cannot hold a {bucket}-node tree step")
-        cache.slots = cache.lengths[:, None] + torch.arange(bucket, device=self.device)[None, :]  # [B, T] write slots
+        cache.set_slots(bucket)  # [B, T] write slots
         # eager: attend over what the rows hold (`BatchTreeCache.set_width`); compiled: the whole capacity, one shape
         cache.set_width(None if self.regime == "compiled" else longest + bucket)
         key = (len(trees), bucket)
