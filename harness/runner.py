@@ -47,12 +47,12 @@ from specbench.progress import phase
 from specbench.prompts import PromptBuilder
 from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
 from specbench.results import (
-    ANSWER_SUFFIXES,
     ANSWERS,
     BASELINE,
     BATCH_PREFIX,
     MANIFEST,
     Answer,
+    answer_files,
     answers_path,
     append_answer,
     batch_folder,
@@ -163,7 +163,7 @@ class Run:
             raise SpecbenchError(f"cannot create --out {self.out}: {exc.strerror}") from None
         folders = [self.out / ANSWERS, *self.out.glob(f"{distributed.RANKS}/*/{ANSWERS}"),
                    *self.out.glob(f"{BATCH_PREFIX}*/{ANSWERS}")]  # merged, each rank's, a batch sweep's sub-runs
-        existing = [path for folder in folders for suffix in ANSWER_SUFFIXES for path in sorted(folder.glob(f"*{suffix}"))]
+        existing = [path for folder in folders for path in answer_files(folder).values()]
         if existing and not self.config.resume:
             raise SpecbenchError(f"{self.out} already holds results; pass --resume to continue it, or choose another --out")
         if not self.config.resume:
