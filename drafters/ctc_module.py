@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from specbench.drafters.layers import KVCache, ResBlock, add_attention_and_mlp, mlp_residual, rope
+from specbench.drafters.layers import KVCache, ResBlock, RMSNorm, add_attention_and_mlp, mlp_residual, rope
 
 
 class AttentionDraftModule(nn.Module):
@@ -41,8 +41,8 @@ class AttentionDraftModule(nn.Module):
             self.fuse.weight[:, :hidden].copy_(torch.eye(hidden))
         # [T, H]; unit scale, comparable to the target's hidden states (norm ~45 for H = 576), so slots differ
         self.slot_embeddings = nn.Parameter(torch.randn(num_slots, hidden))
-        self.context_norm = nn.RMSNorm(hidden)
-        self.query_norm = nn.RMSNorm(hidden)
+        self.context_norm = RMSNorm(hidden)
+        self.query_norm = RMSNorm(hidden)
         add_attention_and_mlp(self, hidden, intermediate or 2 * hidden)
         # each slot's own output block (zero-initialised), as each Medusa head has its own
         self.slot_blocks = nn.ModuleList(ResBlock(hidden) for _ in range(num_slots)) if slot_blocks else None

@@ -37,7 +37,7 @@ from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.dynamic_tree import DynamicTreeDrafter
-from specbench.drafters.layers import ROPE_BASE, KVCache, rope
+from specbench.drafters.layers import ROPE_BASE, KVCache, RMSNorm, rope
 from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
 from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.verify import VerifyOutcome
@@ -57,13 +57,13 @@ class Eagle3Layer(nn.Module):
             raise ValueError(f"{num_heads} heads and {num_kv_heads} key/value heads do not divide")
         self.num_heads, self.num_kv_heads, self.rope_base = num_heads, num_kv_heads, rope_base
         self.norm_before_residual = norm_before_residual
-        self.input_norm = nn.RMSNorm(hidden, eps=eps)
-        self.hidden_norm = nn.RMSNorm(hidden, eps=eps)
+        self.input_norm = RMSNorm(hidden, eps=eps)
+        self.hidden_norm = RMSNorm(hidden, eps=eps)
         self.q_proj = nn.Linear(2 * hidden, num_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(2 * hidden, num_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(2 * hidden, num_kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(num_heads * self.head_dim, hidden, bias=False)
-        self.mlp_norm = nn.RMSNorm(hidden, eps=eps)
+        self.mlp_norm = RMSNorm(hidden, eps=eps)
         inner = inner or 2 * hidden
         self.gate_proj = nn.Linear(hidden, inner, bias=False)
         self.up_proj = nn.Linear(hidden, inner, bias=False)
@@ -107,7 +107,7 @@ class Eagle3Module(nn.Module):
         draft_vocab = draft_vocab or vocab_size
         self.fc = nn.Linear(len(self.layer_ids) * hidden, hidden, bias=False)
         self.layer = Eagle3Layer(hidden, num_heads, num_kv_heads, inner, head_dim, rope_base, eps, norm_before_residual)
-        self.norm = nn.RMSNorm(hidden, eps=eps)
+        self.norm = RMSNorm(hidden, eps=eps)
         self.lm_head = nn.Linear(hidden, draft_vocab, bias=False)
         self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
         self.register_buffer("t2d", torch.zeros(vocab_size, dtype=torch.bool))

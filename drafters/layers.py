@@ -12,6 +12,15 @@ from torch import nn
 ROPE_BASE = 10000.0
 
 
+class RMSNorm(nn.RMSNorm):
+    """`nn.RMSNorm` computed in its weight's dtype. Under a CPU bf16 autocast (training with ``dtype
+    bfloat16``) a bf16 input meets the fp32 master weight, and torch falls back from its fused kernel with a
+    warning; CUDA's autocast already runs norms in fp32. At inference input and weight share a dtype (no-op)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.to(self.weight.dtype))
+
+
 class ResBlock(nn.Module):
     """``h + SiLU(W h + b)``; zero-initialised so an untrained block is the identity."""
 
@@ -35,7 +44,7 @@ def add_attention_and_mlp(module: nn.Module, hidden: int, inner: int, kv_width: 
     module.k_proj = nn.Linear(hidden, kv_width or hidden, bias=False)
     module.v_proj = nn.Linear(hidden, kv_width or hidden, bias=False)
     module.o_proj = nn.Linear(hidden, hidden, bias=False)
-    module.mlp_norm = nn.RMSNorm(hidden, eps=eps)
+    module.mlp_norm = RMSNorm(hidden, eps=eps)
     module.gate_proj = nn.Linear(hidden, inner, bias=False)
     module.up_proj = nn.Linear(hidden, inner, bias=False)
     module.down_proj = nn.Linear(inner, hidden, bias=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specbench.drafters.layers import ROPE_BASE, KVCache, add_attention_and_mlp, mlp_residual, rope
+from specbench.drafters.layers import ROPE_BASE, KVCache, RMSNorm, add_attention_and_mlp, mlp_residual, rope
 
 
 class PrefixAttention(nn.Module):
@@ -30,9 +30,9 @@ class PrefixAttention(nn.Module):
             raise ValueError(f"hidden size {hidden}, {num_heads} heads and {num_kv_heads} key/value heads do not divide")
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, hidden // num_heads
         self.rope_base = rope_base
-        self.norm = nn.RMSNorm(hidden, eps=eps) if input_norm else nn.Identity()  # EAGLE's layer has none
+        self.norm = RMSNorm(hidden, eps=eps) if input_norm else nn.Identity()  # EAGLE's layer has none
         add_attention_and_mlp(self, hidden, inner or 2 * hidden, num_kv_heads * self.head_dim, eps)
-        self.final_norm = nn.RMSNorm(hidden, eps=eps) if final_norm else None
+        self.final_norm = RMSNorm(hidden, eps=eps) if final_norm else None
 
     def keys_values(self, hidden: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [P, kv_heads, d] of hidden [P, H] at sequence positions [P]."""
