@@ -177,19 +177,33 @@ WITHOUT_ANSWERS = {
     "docs/gpu-runs/h100-2026-11-23-budget64": "an H100 run from before answers were kept: remaking it needs a GPU",
     "docs/runs/context-vocab-s26": "replay rows: `specbench replay` writes per-budget rows, not answers",
     "docs/runs/issue42-regimes-cpu": "benchmarks/regimes.py, not `specbench run`: its regimes.json keeps the ids",
-    "docs/runs/issue16": "torchrun ranks and gemma3 (not installed in CI): its ids and tau are checked against "
-                         "summary.csv only",
 }
 
 
-def kept_runs() -> list[Path]:
-    """Every run directory tracked under docs/runs and docs/gpu-runs (all of them where git is absent)."""
+def run_dirs() -> list[Path]:
+    """The run directories under docs/runs and docs/gpu-runs: each folder, or, for a folder grouping runs (no
+    manifest of its own, runs with manifests inside, e.g. issue16's single/sharded/gemma3), each of those."""
+    runs = []
+    for folder in RUN_FOLDERS:
+        for child in sorted((ROOT / folder).glob("*")):
+            inner = [run for run in sorted(child.glob("*")) if (run / "manifest.json").is_file()]
+            if child.is_dir():
+                runs += inner if inner and not (child / "manifest.json").exists() else [child]
+    return runs
+
+
+def tracked(runs: list[Path]) -> list[Path]:
+    """``runs`` that git tracks files in (all of them where git is absent)."""
     listed = subprocess.run(["git", "ls-files", "--", *RUN_FOLDERS], cwd=ROOT, capture_output=True, text=True)
-    found = [run for folder in RUN_FOLDERS for run in sorted((ROOT / folder).glob("*")) if run.is_dir()]
     if listed.returncode != 0:
-        return found
-    tracked = {Path(line).parts[:3] for line in listed.stdout.splitlines() if len(Path(line).parts) > 3}
-    return [run for run in found if run.relative_to(ROOT).parts in tracked]
+        return runs
+    folders = {parent for line in listed.stdout.splitlines() for parent in Path(line).parents}
+    return [run for run in runs if run.relative_to(ROOT) in folders]
+
+
+def kept_runs() -> list[Path]:
+    """Every run directory tracked under docs/runs and docs/gpu-runs."""
+    return tracked(run_dirs())
 
 
 def keeps_answers(run: Path) -> bool:
@@ -201,12 +215,7 @@ def keeps_answers(run: Path) -> bool:
 def committed_runs() -> list[Path]:
     """Every committed run directory that keeps its answers (tracked by git where the tree is a checkout, so
     a run still being made beside it is not one)."""
-    listed = subprocess.run(["git", "ls-files", "--", *RUN_FOLDERS], cwd=ROOT, capture_output=True, text=True)
-    found = (run for folder in RUN_FOLDERS for run in (ROOT / folder).glob("*") if keeps_answers(run))
-    if listed.returncode != 0:
-        return sorted(found)
-    tracked = {Path(line).parts[:3] for line in listed.stdout.splitlines() if len(Path(line).parts) > 3}
-    return sorted(run for run in found if run.relative_to(ROOT).parts in tracked)
+    return [run for run in kept_runs() if keeps_answers(run)]
 
 
 # ---- answers compressed as .jsonl.gz ----------------------------------------------------------------------
@@ -363,7 +372,8 @@ def test_the_docs_hold_claims():
 def test_each_kept_run_is_cited_by_a_reference_doc_and_keeps_its_answers_or_says_why(run):
     """Issue 40: keep only the runs that current claims cite, and every figure from a run with its answers."""
     text = "".join(doc.read_text(encoding="utf-8") for doc in claim_docs())
-    assert run.name in text, f"{run.relative_to(ROOT)} is cited by neither the README nor docs/*.md: delete it"
+    cited = str(run.relative_to(run.parent.parent)) if run.parent.name not in ("runs", "gpu-runs") else run.name
+    assert cited in text, f"{run.relative_to(ROOT)} is cited by neither the README nor docs/*.md: delete it"
     name = str(run.relative_to(ROOT))
     assert keeps_answers(run) or name in WITHOUT_ANSWERS, f"{name} keeps no answers/"
     assert not (keeps_answers(run) and name in WITHOUT_ANSWERS), f"{name} has answers: drop it from the list"
