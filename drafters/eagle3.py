@@ -266,13 +266,14 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
         no forward recorded them): the same numbers up to fp rounding, at a target forward's cost. The
         cache catches up from wherever it stopped (positions whose features came from the taps)."""
         start, m = ctx.first_new_position, ctx.hidden.shape[0]
+        body = ctx.target.model.base_model
         if self._own_cache is None:
             self._own_cache, self._own_length = kv.new_cache(), 0
+            self._own_keyword = kv.cache_keyword(body)  # "cache" or "past_key_values", looked up once per sequence
         if start < self._own_length:
             raise RuntimeError("eagle3: own target cache out of step (call reset before each sequence)")
         tokens = ctx.tokens[self._own_length : start + m].to(ctx.target.device)[None]
-        body = ctx.target.model.base_model
-        body(input_ids=tokens, **{kv.cache_keyword(body): self._own_cache}, use_cache=True)
+        body(input_ids=tokens, **{self._own_keyword: self._own_cache}, use_cache=True)
         self._own_length = start + m
         states = ctx.target.taps.states(self.module.layer_ids)
         if states is None:

@@ -399,61 +399,43 @@ class TargetModel:
         return drafter.compiled_parts
 
     def _compiled_part(self, function):
-        """A drafter's forward compiled (shapes may vary: dynamo makes them symbolic after the first change,
-        so a drafter's frontier widths and growing context cost a bounded number of graphs). On a GPU the
-        outputs are copied out of the CUDA graph's buffers, which its next replay overwrites while a drafter
-        still holds them (its draft cache, a path's embeddings)."""
-        # dynamic from the start: a part's shapes change with every frontier, and specialising its first shape
-        # would cost one more compilation per part (on a GPU, tens of seconds of a short lease each)
-        compiled = self._torch_compile(function, dynamic=True)
-        label = f"drafter part {getattr(function, '__qualname__', 'forward')}"
-        if self.device.type != "cuda":
-            return self._first_call_timed(compiled, label)
-
-        def run(*args, **kwargs):
-            return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
-
-        return self._first_call_timed(run, label)
+        """A drafter's forward compiled with shapes symbolic from the start: a part's shapes change with every
+        frontier, and specialising the first one would cost one more compilation per part (on a GPU, tens of
+        seconds of a short lease each); the graphs per drafter stay bounded."""
+        return self._compile(function, dynamic=True, label=f"drafter part {getattr(function, '__qualname__', 'forward')}")
 
     def _compile_mode(self) -> str | None:
         if self.backend == "cudagraphs":
             return "eager kernels in CUDA graphs"
         return "reduce-overhead" if self.device.type == "cuda" else None
 
-    def _torch_compile(self, function, dynamic: bool | None):
-        if self.backend == "cudagraphs":
-            return torch.compile(function, backend="cudagraphs", dynamic=dynamic)
-        return torch.compile(function, dynamic=dynamic, mode=self._compile_mode())
-
     def _compiled(self, function, label: str = "commit"):
-        """``function`` compiled for fixed shapes (one graph per bucket), its first call timed."""
-        if not self.compile:
-            return function
-        compiled = self._torch_compile(function, dynamic=False)
-        if self.device.type != "cuda":
-            return self._first_call_timed(compiled, label)
+        """``function`` compiled for fixed shapes (one graph per bucket); itself when the regime compiles nothing."""
+        return self._compile(function, dynamic=False, label=label) if self.compile else function
 
-        def run(*args, **kwargs):  # outputs copied out of the CUDA graph's buffers, which its next replay overwrites
-            return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, compiled(*args, **kwargs))
-
-        return self._first_call_timed(run, label)
-
-    def _first_call_timed(self, function, label: str):
-        """``function`` whose first call, where compilation happens, is timed: ``compile_seconds[label]`` (the
-        manifest of a compiled run records them) and one line on stderr, so a slow warm-up says what it spent."""
-        first = True
+    def _compile(self, function, dynamic: bool, label: str):
+        """``function`` through the regime's backend. Its first call, where compilation happens, is timed:
+        ``compile_seconds[label]`` (the manifest of a compiled run records them) and one line on stderr, so a
+        slow warm-up says what it spent. On a GPU the outputs are copied out of the CUDA graph's buffers, which
+        its next replay overwrites while a caller still holds them (a drafter's cache, the step's hidden states)."""
+        if self.backend == "cudagraphs":
+            compiled = torch.compile(function, backend="cudagraphs", dynamic=dynamic)
+        else:
+            compiled = torch.compile(function, dynamic=dynamic, mode=self._compile_mode())
+        on_gpu, first = self.device.type == "cuda", True
 
         def run(*args, **kwargs):
             nonlocal first
-            if not first:
-                return function(*args, **kwargs)
-            start = time.perf_counter()
-            out = function(*args, **kwargs)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            first, seconds = False, time.perf_counter() - start
-            self.compile_seconds[label] = round(self.compile_seconds.get(label, 0.0) + seconds, 2)
-            print(f"specbench: compiled {label} in {seconds:.1f} s", file=sys.stderr)
+            start = time.perf_counter() if first else 0.0
+            out = compiled(*args, **kwargs)
+            if on_gpu:
+                out = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, out)
+            if first:
+                if on_gpu:
+                    torch.cuda.synchronize(self.device)
+                first, seconds = False, time.perf_counter() - start
+                self.compile_seconds[label] = round(self.compile_seconds.get(label, 0.0) + seconds, 2)
+                print(f"specbench: compiled {label} in {seconds:.1f} s", file=sys.stderr)
             return out
 
         return run
