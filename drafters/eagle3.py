@@ -88,7 +88,33 @@ class Eagle3Layer(nn.Module):
         keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
         attended = nn.functional.scaled_dot_product_attention(
             q.transpose(0, 1), keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask)  # [heads, Q, d]
-        h = residual + self.o_proj(attended.transpose(0, 1).reshape(x.shape[0], -1))
+        return self.finish(attended.transpose(0, 1), residual)
+
+    def attend_chains(self, x: torch.Tensor, residual: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
+                      values: torch.Tensor, chain_keys: torch.Tensor, chain_values: torch.Tensor) -> torch.Tensor:
+        """`attend` for the training-time test's rows: h [P, H] for query rows x [P, 2H] (residual [P, H]) at
+        positions [P], row t seeing the context keys/values [P, kv_heads, d] 0..t (causal) and its own chain's
+        chain_keys/values [C, P, kv_heads, d] at t. The same numbers as `attend` over the concatenated keys with a
+        causal-then-diagonal mask, in O(P^2 + C P) instead of O((C + 1) P^2): the chain entries are dot products."""
+        q = rope(self.q_proj(x).view(x.shape[0], self.num_heads, self.head_dim), positions, self.rope_base)
+        group = self.num_heads // self.num_kv_heads
+        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)  # [P, heads, d]
+        chain_keys = chain_keys.repeat_interleave(group, dim=2)  # [C, P, heads, d]
+        chain_values = chain_values.repeat_interleave(group, dim=2)
+        scale = self.head_dim ** -0.5
+        q = q.transpose(0, 1)  # [heads, P, d]
+        context = (q @ keys.permute(1, 2, 0)) * scale  # [heads, P, P]
+        rows = torch.arange(x.shape[0], device=x.device)
+        context = context.masked_fill(rows[None, :, None] < rows[None, None, :], float("-inf"))
+        own = torch.einsum("hpd,cphd->hpc", q, chain_keys) * scale  # [heads, P, C]
+        weights = torch.cat([context, own], dim=-1).softmax(dim=-1)  # [heads, P, P + C]
+        attended = weights[..., : x.shape[0]] @ values.transpose(0, 1)  # [heads, P, d]
+        attended = attended + torch.einsum("hpc,cphd->hpd", weights[..., x.shape[0] :], chain_values)
+        return self.finish(attended.transpose(0, 1), residual)
+
+    def finish(self, attended: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """h [Q, H] from the attention's output [Q, heads, d]: the output projection, the residual and the MLP."""
+        h = residual + self.o_proj(attended.reshape(attended.shape[0], -1))
         normed = self.mlp_norm(h)
         return h + self.down_proj(nn.functional.silu(self.gate_proj(normed)) * self.up_proj(normed))
 
@@ -142,20 +168,18 @@ class Eagle3Module(nn.Module):
                              f"got {next_embeddings.shape[0]}")
         positions = torch.arange(anchors, device=aux.device)
         x, residual = self.layer.inputs(next_embeddings[:anchors], self.fc(aux))  # [P, 2H], [P, H]
-        level_keys, level_values = self.layer.keys_values(x, positions)
-        keys, values = [level_keys], [level_values]
-        masks = [positions[:, None] >= positions[None, :]]  # level 1: causal over the true context [P, P]
-        own = torch.eye(anchors, dtype=torch.bool, device=aux.device)  # level j > 1: each anchor's own chain
-        out = self.layer.attend(x, residual, positions, keys[0], values[0], masks[0])  # [P, H]
-        outs = [out]
+        keys, values = self.layer.keys_values(x, positions)  # the true context [P, kv_heads, d]
+        causal = positions[:, None] >= positions[None, :]  # [P, P]
+        out = self.layer.attend(x, residual, positions, keys, values, causal)  # level 1 [P, H]
+        outs, chain_keys, chain_values = [out], [], []
         for level in range(2, levels + 1):
             x, residual = self.layer.inputs(next_embeddings[level - 1 : level - 1 + anchors], out)
             level_positions = positions + level - 1
             level_keys, level_values = self.layer.keys_values(x, level_positions)
-            keys.append(level_keys)
-            values.append(level_values)
-            masks.append(own)
-            out = self.layer.attend(x, residual, level_positions, torch.cat(keys), torch.cat(values), torch.cat(masks, 1))
+            chain_keys.append(level_keys)
+            chain_values.append(level_values)
+            out = self.layer.attend_chains(x, residual, level_positions, keys, values, torch.stack(chain_keys),
+                                           torch.stack(chain_values))  # [P, H]
             outs.append(out)
         return outs
 

@@ -144,3 +144,52 @@ def test_a_cache_without_aux_states_and_bad_settings_are_refused(llama_target, t
     plain = distil_random_prompts(llama_target, tmp_path / "plain", seed=3)
     with pytest.raises(SpecbenchError, match="--aux-layers"):
         train_eagle3(Eagle3TrainConfig(cache=str(plain), out=str(tmp_path / "x"), epochs=1), llama_target, progress=False)
+
+
+def test_training_goes_on_from_a_checkpoint_with_its_vocabulary_and_curve(llama_target, trained, tmp_path):
+    """``init_from``: the loaded module starts where the checkpoint ended (the new curve's first point is its
+    last, tokens seen included), keeps its draft vocabulary whatever ``draft_vocab`` says, trains on (the
+    curve goes on rising from there) and records where it came from; another method's checkpoint or a cache of
+    other layers is refused with one line."""
+    config, recipe = trained
+    more = Eagle3TrainConfig(cache=config.cache, out=str(tmp_path / "more"), epochs=1, lr=2e-3, samples_per_step=2,
+                             warmup_steps=2, ttt_steps=3, draft_vocab=30, init_from=config.out)
+    again = train_eagle3(more, llama_target, progress=False)
+    before, start, end = recipe["metrics"]["curve"][-1], again["metrics"]["curve"][0], again["metrics"]["curve"][-1]
+    assert start["tokens_seen"] == before["tokens_seen"] and start["heldout_chain"] == before["heldout_chain"]
+    assert end["tokens_seen"] == before["tokens_seen"] + before["tokens_seen"] // 3  # one more epoch of three
+    assert again["hyperparameters"]["draft_vocab"] == 60 == recipe["hyperparameters"]["draft_vocab"]
+    assert again["hyperparameters"]["initialised_from"]["checkpoint"] == Path(config.out).name
+    first, second = Eagle3Drafter(checkpoint=config.out), Eagle3Drafter(checkpoint=more.out)
+    for drafter in (first, second):
+        drafter.reset(llama_target.handle)
+    assert torch.equal(first.module.d2t, second.module.d2t)
+    assert not torch.equal(first.module.fc.weight, second.module.fc.weight)  # it trained on
+    wrong = distil_random_prompts(llama_target, tmp_path / "other-layers", seed=3, aux_layers=[0, 0, 1])
+    with pytest.raises(SpecbenchError, match="reads layers"):
+        train_eagle3(Eagle3TrainConfig(cache=str(wrong), out=str(tmp_path / "w"), init_from=config.out), llama_target,
+                     progress=False)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_chain_attention_equals_the_dense_masked_attention(kv_heads):
+    """`Eagle3Layer.attend_chains` (the context causally, each row's own chain as dot products) gives what
+    `attend` gives over the context and chain keys concatenated, under the causal-then-diagonal mask the
+    unrolled levels used to build; a wrong diagonal (a row seeing its neighbour's chain) is caught."""
+    from specbench.drafters.eagle3 import Eagle3Layer
+
+    torch.manual_seed(0)
+    layer = Eagle3Layer(hidden=32, num_heads=4, num_kv_heads=kv_heads, inner=48, head_dim=8)
+    anchors, chain = 7, 3
+    x, residual = torch.randn(anchors, 64), torch.randn(anchors, 32)
+    positions = torch.arange(anchors) + 2
+    keys, values = torch.randn(anchors, kv_heads, 8), torch.randn(anchors, kv_heads, 8)
+    chain_keys, chain_values = torch.randn(chain, anchors, kv_heads, 8), torch.randn(chain, anchors, kv_heads, 8)
+    rows = torch.arange(anchors)
+    own = torch.eye(anchors, dtype=torch.bool)
+    mask = torch.cat([rows[:, None] >= rows[None, :]] + [own] * chain, dim=1)  # [P, P + C P]
+    dense = layer.attend(x, residual, positions, torch.cat([keys, *chain_keys]), torch.cat([values, *chain_values]), mask)
+    fast = layer.attend_chains(x, residual, positions, keys, values, chain_keys, chain_values)
+    torch.testing.assert_close(fast, dense, rtol=1e-5, atol=1e-5)
+    shifted = layer.attend_chains(x, residual, positions, keys, values, chain_keys.roll(1, dims=1), chain_values)
+    assert not torch.allclose(shifted, dense, atol=1e-3)

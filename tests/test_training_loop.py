@@ -100,6 +100,54 @@ def test_a_run_resumed_after_an_epoch_ends_with_the_uninterrupted_weights(method
     assert resumed["history"] == recipe["history"] and len(recipe["history"]) == 3
 
 
+@pytest.mark.parametrize("method, options", [("hydra", {}), ("ctc", {}), ("eagle", {}), ("eagle3", {"ttt_steps": 2})])
+@pytest.mark.parametrize("stop_at", [(0, 1), (1, 2)])
+def test_a_run_stopped_within_an_epoch_resumes_there_with_the_uninterrupted_weights(method, options, stop_at,
+                                                                                     llama_target, cache, tmp_path,
+                                                                                     monkeypatch):
+    """A partial checkpoint every step (``checkpoint_steps=1``); the run is stopped right after the one
+    ``stop_at`` = (epoch, steps) is written, in the first epoch or the second. The rerun resumes from it:
+    the skipped steps are not trained again, the losses' own random draws (eagle's noise, ctc's anchors)
+    go on from where they were, and the weights, history and learning curve equal an uninterrupted run's."""
+    whole_steps, steps = [], []
+    train, config = run(method, cache, tmp_path / "whole", checkpoint_steps=1, **options)
+    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: whole_steps.append(1))
+    try:
+        recipe = train(config, llama_target, progress=False)
+    finally:
+        handle.remove()
+    assert not (tmp_path / "whole.partial.pt").exists()  # dropped at the epoch's end
+
+    real = common.EpochCheckpoints.save_partial
+
+    def stop_after(self, epoch, done, *args):
+        real(self, epoch, done, *args)
+        if (epoch, done) == stop_at:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(common.EpochCheckpoints, "save_partial", stop_after)
+    train, config = run(method, cache, tmp_path / "stopped", checkpoint_steps=1, **options)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, llama_target, progress=False)
+    monkeypatch.undo()
+    assert (tmp_path / "stopped.partial.pt").exists()
+    handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: steps.append(1))
+    try:
+        resumed = train(config, llama_target, progress=False)
+    finally:
+        handle.remove()
+    per_epoch = len(whole_steps) // config.epochs  # every step after the checkpoint is trained, none before it
+    assert per_epoch > 2 and len(steps) == len(whole_steps) - (stop_at[0] * per_epoch + stop_at[1])
+    first = load_file(checkpoint_files(tmp_path / "whole")[0])
+    again = load_file(checkpoint_files(tmp_path / "stopped")[0])
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert resumed["history"] == recipe["history"]
+    if method == "eagle3":
+        curve = recipe["metrics"]["curve"]
+        assert resumed["metrics"]["curve"] == curve and len(curve) > 1 + config.epochs  # points within epochs kept
+        assert [point["tokens_seen"] for point in curve] == sorted(point["tokens_seen"] for point in curve)
+
+
 def test_the_history_rows_keep_each_methods_keys(llama_target, cache, tmp_path):
     """Recipes written before the loop was shared read the same: per-head losses for the heads, per-step
     means for the sample-level methods."""

@@ -52,11 +52,12 @@ class TrainConfig:
     seed: int = 0  # initialisation and data order
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
     train_vocab: int = 0  # > 0: score only the N most frequent tokens in training
+    checkpoint_steps: int = 500  # also checkpoint every N optimiser steps within an epoch (<out>.partial.pt); 0: never
 
     def validate(self) -> None:
         """Refuse settings training cannot use, with a one-line `SpecbenchError` naming the flag."""
         at_least(self, 1, "epochs")
-        at_least(self, 0, "lr", "weight_decay", "warmup_steps")
+        at_least(self, 0, "lr", "weight_decay", "warmup_steps", "checkpoint_steps")
         if self.dtype not in TRAIN_DTYPES:
             raise SpecbenchError(f"--dtype must be one of {', '.join(TRAIN_DTYPES)}, not {self.dtype!r}")
         if not self.train_vocab >= 0:
@@ -139,7 +140,9 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, warmup_steps: int, total_ste
 
 
 class EpochCheckpoints:
-    """``<stem>.epochN.pt`` files holding module, optimiser, scheduler, history and elapsed seconds."""
+    """``<stem>.epochN.pt`` files holding module, optimiser, scheduler, history, elapsed seconds and the batches'
+    own state (`EpochBatches.state`), and ``<stem>.partial.pt``: the same within an epoch, plus the steps done and
+    their records, so a run stopped mid-epoch loses at most ``checkpoint_steps`` steps."""
 
     def __init__(self, stem: Path, module: nn.Module, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
@@ -148,21 +151,44 @@ class EpochCheckpoints:
     def path(self, epoch: int) -> Path:
         return self.stem.with_name(f"{self.stem.name}.epoch{epoch}.pt")
 
-    def resume(self, epochs: int) -> tuple[int, list, float]:
-        """Load the newest epoch checkpoint; returns (epochs done, history, seconds)."""
-        for epoch in range(epochs, 0, -1):
-            if self.path(epoch).exists():
-                state = torch.load(self.path(epoch), weights_only=False)
-                self.module.load_state_dict(state["module"])
-                self.optimizer.load_state_dict(state["optimizer"])
-                self.scheduler.load_state_dict(state["scheduler"])
-                return epoch, state["history"], state["seconds"]
-        return 0, [], 0.0
+    @property
+    def partial(self) -> Path:
+        return self.stem.with_name(f"{self.stem.name}.partial.pt")
 
-    def save(self, epoch: int, history: list, seconds: float) -> None:
+    def resume(self, epochs: int, data: EpochBatches) -> tuple[int, list, float, int, list]:
+        """Load the newest checkpoint: the partial one when it is past the newest epoch's. Returns (epochs done,
+        history, seconds, steps done in the next epoch, their records) and restores ``data``'s state."""
+        done = next((epoch for epoch in range(epochs, 0, -1) if self.path(epoch).exists()), 0)
+        state = torch.load(self.path(done), weights_only=False) if done else None
+        if self.partial.exists():
+            partial = torch.load(self.partial, weights_only=False)
+            if partial["epoch"] == done and partial["epoch"] < epochs:
+                state = partial
+        if state is None:
+            return 0, [], 0.0, 0, []
+        self.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        data.load_state(state.get("batches", {}))
+        return done, state["history"], state["seconds"], state.get("steps", 0), state.get("records", [])
+
+    def save(self, epoch: int, history: list, seconds: float, data: EpochBatches) -> None:
+        """Checkpoint the end of epoch ``epoch`` (1-based); the partial checkpoint within it is dropped."""
+        self._write(self.path(epoch), history, seconds, data)
+        self.partial.unlink(missing_ok=True)
+
+    def save_partial(self, epoch: int, steps: int, records: list, history: list, seconds: float,
+                     data: EpochBatches) -> None:
+        """Checkpoint ``steps`` steps into epoch ``epoch`` (0-based: the epochs done before it)."""
+        self._write(self.partial, history, seconds, data, epoch=epoch, steps=steps, records=records)
+
+    def _write(self, path: Path, history: list, seconds: float, data: EpochBatches, **within: Any) -> None:
         self.stem.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(), "history": history, "seconds": seconds}, self.path(epoch))
+        state = {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "history": history, "seconds": seconds,
+                 "batches": data.state()} | within
+        torch.save(state, path.with_name(path.name + ".tmp"))
+        path.with_name(path.name + ".tmp").replace(path)  # whole or not at all: a kill mid-write keeps the last one
 
 
 class StepLoss(NamedTuple):
@@ -196,6 +222,17 @@ class EpochBatches(ABC):
     def history(self, records: list[list[float]]) -> dict:
         """The epoch's history row (besides its number) from each step's records (the parts' concatenated)."""
 
+    def state(self) -> dict:
+        """What the batches need besides the epoch to go on where a checkpoint was taken (random draws made in
+        the losses, measurements taken so far); saved with every checkpoint."""
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        """Restore `state` (called on resume, before the first epoch's batches are drawn)."""
+
+    def interim(self, epoch: int, steps: int) -> None:
+        """Called before each checkpoint within an epoch, ``steps`` steps into epoch ``epoch`` (0-based)."""
+
 
 def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, config: TrainConfig,
                progress: bool = True) -> tuple[list, float]:
@@ -204,8 +241,9 @@ def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, confi
     Per epoch, each of ``data``'s batches is one AdamW step (``config.lr``, ``config.weight_decay``) on the
     sum of its loss parts, computed under ``config.dtype``'s autocast, with linear warm-up over
     ``config.warmup_steps`` then cosine decay to 0 at the last step. Each epoch is checkpointed
-    (``<config.out>.epochN.pt``: weights, optimiser, schedule, history, seconds) and a rerun resumes after
-    the newest one, with the same weights at the end as an uninterrupted run.
+    (``<config.out>.epochN.pt``: weights, optimiser, schedule, history, seconds), and every
+    ``config.checkpoint_steps`` steps within one (``<config.out>.partial.pt``); a rerun resumes from the newest,
+    with the same weights at the end as an uninterrupted run (a partial resume skips the epoch's batches done).
 
     Returns (history, training seconds): one history row per epoch, ``{"epoch": N}`` and ``data.history``'s.
     """
@@ -215,13 +253,17 @@ def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, confi
                                   weight_decay=config.weight_decay)
     scheduler = warmup_cosine(optimizer, config.warmup_steps, data.steps * config.epochs)
     checkpoints = EpochCheckpoints(Path(config.out), module, optimizer, scheduler)
-    first_epoch, history, seconds = checkpoints.resume(config.epochs)
+    first_epoch, history, seconds, skip, records = checkpoints.resume(config.epochs, data)
     for epoch in range(first_epoch, config.epochs):
         began = time.perf_counter()
         module.train()
-        records: list[list[float]] = []
+        if epoch > first_epoch:
+            skip, records = 0, []
         bar = phase(f"train {config.method} epoch {epoch + 1}/{config.epochs}", data.steps, "step", show=progress)
-        for batch in data.batches(epoch):
+        bar.update(skip)
+        for number, batch in enumerate(data.batches(epoch)):
+            if number < skip:
+                continue  # done before the partial checkpoint: drawn (the order stays the same), not trained
             optimizer.zero_grad(set_to_none=True)
             step: list[float] = []
             for part in data.losses(batch):
@@ -234,10 +276,14 @@ def train_loop(module: nn.Module, data: EpochBatches, target: TargetModel, confi
             scheduler.step()
             records.append(step)
             bar.update(1, **({"loss": f"{sum(step) / len(step):.3f}"} if step else {}))
+            if config.checkpoint_steps and (number + 1) % config.checkpoint_steps == 0 and number + 1 < data.steps:
+                data.interim(epoch, number + 1)
+                checkpoints.save_partial(epoch, number + 1, records, history,
+                                         seconds + time.perf_counter() - began, data)
         bar.close()
         seconds += time.perf_counter() - began
         history.append({"epoch": epoch + 1} | data.history(records))
-        checkpoints.save(epoch + 1, history, seconds)
+        checkpoints.save(epoch + 1, history, seconds, data)
     return history, seconds
 
 
@@ -260,6 +306,8 @@ class SampleBatches(EpochBatches):
         self.samples, self.per_step, self.seed = samples, per_step, seed
         self.sample_loss, self.batch_losses = sample_loss, batch_losses
         self.steps = math.ceil(len(samples) / per_step)
+        self.draws: tuple[int, torch.Generator] | None = None  # (epoch, its generator) once drawn
+        self.resumed_draws: tuple[int, torch.Tensor] | None = None  # (epoch, generator state) to resume with
 
     def batches(self, epoch: int) -> Iterable[tuple[list, torch.Generator]]:
         import random
@@ -267,8 +315,19 @@ class SampleBatches(EpochBatches):
         order = list(range(len(self.samples)))
         random.Random(self.seed + epoch).shuffle(order)
         generator = torch.Generator().manual_seed(self.seed + epoch)  # reproducible per epoch
+        if self.resumed_draws is not None and self.resumed_draws[0] == epoch:
+            generator.set_state(self.resumed_draws[1])  # a partial checkpoint's: the draws of the steps it skips
+        self.resumed_draws, self.draws = None, (epoch, generator)
         for step in range(self.steps):
             yield [self.samples[i] for i in order[step * self.per_step : (step + 1) * self.per_step]], generator
+
+    def state(self) -> dict:
+        """The current epoch's generator (the random draws of the steps done): used when the checkpoint is
+        partial, ignored after an epoch's end (the next epoch seeds its own)."""
+        return {} if self.draws is None else {"draws": (self.draws[0], self.draws[1].get_state())}
+
+    def load_state(self, state: dict) -> None:
+        self.resumed_draws = state.get("draws")
 
     def losses(self, batch: tuple[list, torch.Generator]) -> list[Callable[[], StepLoss | None]]:
         group, generator = batch

@@ -37,12 +37,14 @@ from pathlib import Path
 
 import torch
 
+from specbench.drafters.draft_vocab import RANKING_KEY
 from specbench.drafters.eagle3 import Eagle3Module, build_module, target_shape
 from specbench.drafters.training.common import (
     SampleBatches,
     SampleTrainConfig,
     at_least,
     autocast,
+    checked_manifest,
     sample_training_data,
     train_loop,
     write_trained,
@@ -65,6 +67,7 @@ class Eagle3TrainConfig(SampleTrainConfig):
     step_decay: float = STEP_DECAY  # step j's loss weight is step_decay^(j-1)
     draft_vocab: int = DRAFT_VOCAB  # tokens the draft's own head scores (capped at the target's vocabulary)
     eval_depth: int = 5  # depth of the held-out chain acceptance (the learning curve)
+    init_from: str | None = None  # a trained eagle3 checkpoint (stem) to go on from: its weights and draft vocabulary
 
     def validate(self) -> None:
         if self.method != "eagle3":
@@ -75,6 +78,25 @@ class Eagle3TrainConfig(SampleTrainConfig):
             raise SpecbenchError(f"--step-decay must be in (0, 1], not {self.step_decay!r}")
         if self.train_vocab:
             raise SpecbenchError("--train-vocab does not apply to eagle3: its head scores its own --draft-vocab tokens")
+
+
+def initial_state(stem: Path, layer_ids: list[int], target: TargetModel) -> tuple[dict, dict]:
+    """(state dict, provenance) of a trained eagle3 checkpoint to go on training: its weights, token ranking and
+    draft vocabulary (d2t/t2d), which must read the cache's layers. A new schedule (warm-up, cosine over the
+    epochs) runs over them; the learning curve goes on from the tokens it had seen."""
+    from specbench.checkpoint import load_checkpoint
+
+    state, recipe = load_checkpoint(stem, target.handle)
+    if recipe.get("method") != "eagle3":
+        raise SpecbenchError(f"--init-from {stem}: a {recipe.get('method')} checkpoint, not eagle3")
+    if recipe["hyperparameters"].get("layer_ids") != layer_ids:
+        raise SpecbenchError(f"--init-from {stem}: it reads layers {recipe['hyperparameters'].get('layer_ids')}, "
+                             f"the cache holds {layer_ids}")
+    curve = recipe.get("metrics", {}).get("curve") or [{"tokens_seen": 0}]
+    return state, {"checkpoint": stem.name, "hyperparameters": recipe["hyperparameters"],
+                   "training_seconds": recipe.get("training_seconds"), "tokens_seen": curve[-1]["tokens_seen"],
+                   "train_samples": recipe.get("data", {}).get("train_samples"),
+                   "heldout_chain_tau": recipe.get("metrics", {}).get("heldout_chain_tau")}
 
 
 def draft_token_ids(cache: Path, ranking: torch.Tensor, size: int) -> torch.Tensor:
@@ -166,35 +188,61 @@ def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterabl
 
 class CurveBatches(SampleBatches):
     """`SampleBatches` whose per-epoch history also holds the held-out acceptance and the training tokens seen
-    so far: the learning curve, one point per epoch (a resumed run keeps the earlier points in its history)."""
+    so far: the learning curve, one point per epoch and one per checkpoint within an epoch (``points``; kept in
+    the checkpoints, so a resumed run keeps the earlier points)."""
 
-    def __init__(self, samples: list[Sample], per_step: int, seed: int, sample_loss, measure) -> None:
+    def __init__(self, samples: list[Sample], per_step: int, seed: int, sample_loss, measure,
+                 tokens_before: int = 0) -> None:
         super().__init__(samples, per_step, seed, sample_loss)
-        self.measure, self.epoch = measure, 0
+        self.measure, self.epoch, self.drawn_tokens, self.tokens_before = measure, 0, 0, tokens_before
         self.tokens_per_epoch = sum(len(sample.input_ids) for sample in samples)
+        self.points: list[dict] = []  # the curve's points within epochs
 
     def batches(self, epoch: int):
-        self.epoch = epoch
-        return super().batches(epoch)
+        self.epoch, self.drawn_tokens = epoch, 0
+        for group, generator in super().batches(epoch):
+            self.drawn_tokens += sum(len(sample.input_ids) for sample in group)  # the step about to be trained
+            yield group, generator
 
     def history(self, records: list[list[float]]) -> dict:
-        return super().history(records) | {"tokens_seen": (self.epoch + 1) * self.tokens_per_epoch} | self.measure()
+        tokens = self.tokens_before + (self.epoch + 1) * self.tokens_per_epoch
+        return super().history(records) | {"tokens_seen": tokens} | self.measure()
+
+    def interim(self, epoch: int, steps: int) -> None:
+        self.points.append({"epoch": round(epoch + steps / self.steps, 4),
+                            "tokens_seen": self.tokens_before + epoch * self.tokens_per_epoch + self.drawn_tokens}
+                           | self.measure())
+
+    def state(self) -> dict:
+        return super().state() | {"points": self.points}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.points = list(state.get("points", []))
 
 
 def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Build the draft vocabulary, train with TTT on `train_loop` (each epoch checkpointed, a rerun resumes),
     measure the held-out acceptance per epoch, write the checkpoint, its recipe and ``<out>.curve.json``."""
     config.validate()
-    manifest, ranking, _, _, train, heldout = sample_training_data(config, target)
+    manifest = checked_manifest(Path(config.cache), target)
     layer_ids = manifest["config"].get("aux_layers")
     if not layer_ids:
         raise SpecbenchError(f"{config.cache} holds no auxiliary hidden states; distill it with --aux-layers")
-    token_ids = draft_token_ids(Path(config.cache), ranking, config.draft_vocab)
+    loaded, provenance = initial_state(Path(config.init_from), layer_ids, target) if config.init_from else ({}, None)
+    manifest, ranking, _, _, train, heldout = sample_training_data(config, target, loaded.pop(RANKING_KEY, None))
+    if loaded:  # its own draft vocabulary, whatever this cache's counts say
+        token_ids = torch.arange(loaded["d2t"].shape[0]) + loaded["d2t"].cpu()
+    else:
+        token_ids = draft_token_ids(Path(config.cache), ranking, config.draft_vocab)
     shape = target_shape(target.handle, Path(config.out)) | {"draft_vocab": len(token_ids), "layer_ids": layer_ids}
     module = build_module(shape, target.handle).to(target.device)
     module.set_vocabulary(token_ids)
     with torch.no_grad():
-        module.lm_head.weight.copy_(target.lm_head.weight[token_ids.to(target.device)])  # warm start [V', H]
+        if loaded:
+            module.load_state_dict(loaded)
+        else:
+            module.lm_head.weight.copy_(target.lm_head.weight[token_ids.to(target.device)])  # warm start [V', H]
 
     def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
         out = ttt_loss(module, target, sample, config.ttt_steps, config.step_decay)
@@ -203,20 +251,22 @@ def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool 
     def measure() -> dict:
         return chain_acceptance(module, target, heldout, config.eval_depth)
 
-    start_point = {"epoch": 0, "tokens_seen": 0} | measure()
-    data = CurveBatches(train, config.samples_per_step, config.seed, sample_loss, measure)
+    tokens_before = provenance["tokens_seen"] if provenance else 0
+    start_point = {"epoch": 0, "tokens_seen": tokens_before} | measure()
+    data = CurveBatches(train, config.samples_per_step, config.seed, sample_loss, measure, tokens_before)
     history, seconds = train_loop(module, data, target, config, progress)
     with autocast(target.device, config.dtype):
         metrics = measure()
         step_losses = [ttt_loss(module, target, sample, config.ttt_steps, config.step_decay) for sample in heldout]
     per_step = [[losses[j] for _, losses in filter(None, step_losses) if j < len(losses)] for j in range(config.ttt_steps)]
     metrics["heldout_step_loss"] = [round(sum(x) / len(x), 4) if x else None for x in per_step]
-    curve = [start_point] + [{key: row[key] for key in ("epoch", "tokens_seen", *start_point.keys()) if key in row}
-                             for row in history]
+    ends = [{key: row[key] for key in ("epoch", "tokens_seen", *start_point.keys()) if key in row} for row in history]
+    curve = [start_point] + sorted(data.points + ends, key=lambda point: point["tokens_seen"])
     Path(config.out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{config.out}.curve.json").write_text(json.dumps(
         {"measure": "held-out greedy chain acceptance along the target's own responses (chain_acceptance)",
          "train_samples": len(train), "heldout_samples": len(heldout), "curve": curve}, indent=1) + "\n")
+    extra = {"initialised_from": provenance} if provenance else {}
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics | {"curve": curve},
-                         history, seconds, **shape)
+                         history, seconds, **shape, **extra)

@@ -81,7 +81,8 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", default=None,
                        help="start from this trained checkpoint (stem) of the same method. medusa, hydra: its heads "
                             "and prefix layer are loaded, heads beyond its count start fresh; ctc, ctc-ce: the whole "
-                            "module (same --num-slots), trained on with a new schedule")
+                            "module (same --num-slots), trained on with a new schedule; eagle3: the whole module with its "
+                            "draft vocabulary (a cache of the same layers), trained on with a new schedule")
     parser.add_argument("--freeze-loaded", action="store_true",
                        help="medusa, hydra, with --init-from: train only the new heads (extend a drafter deeper)")
     parser.add_argument("--own-lm-heads", action="store_true",
@@ -105,9 +106,13 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-vocab", type=int, default=None,
                        help="eagle3: tokens its own head scores, the most frequent response tokens (default 32000)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    parser.add_argument("--checkpoint-steps", type=int, default=500,
+                        help="also checkpoint every N optimiser steps within an epoch (STEM.partial.pt), so a stopped "
+                             "run resumes there, not at the epoch's start (0: at epoch ends only)")
     add_options(parser, RunConfig, ("model", "device", "device_map", "threads"))
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                       help="bfloat16: autocast forward with float32 master weights (for GPUs)")
+                       help="bfloat16: autocast forward with float32 master weights (GPUs, and CPUs with AMX or "
+                            "AVX-512 bf16)")
     parser.add_argument("--train-vocab", type=int, default=0,
                        help="score only the N most frequent tokens while training (0: all)")
     add_progress_flag(parser)
@@ -315,7 +320,8 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
 
     cls = config_class(args.method)
     shared = {"method": args.method, "cache": cache, "out": out, "lr": args.lr, "seed": args.seed, "dtype": args.dtype,
-              "train_vocab": args.train_vocab} | ({"epochs": args.epochs} if args.epochs is not None else {})
+              "train_vocab": args.train_vocab,
+              "checkpoint_steps": args.checkpoint_steps} | ({"epochs": args.epochs} if args.epochs is not None else {})
     if cls is HeadTrainConfig:
         return cls(**shared, num_heads=args.num_heads, num_layers=args.num_layers, batch_size=args.batch_size,
                    max_train_positions=args.max_train_positions, loss=args.loss, prefix_heads=args.prefix_heads,
@@ -327,7 +333,7 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
                    init_from=args.init_from)
     if cls is Eagle3TrainConfig:
         own = {name: getattr(args, name) for name in ("ttt_steps", "draft_vocab") if getattr(args, name) is not None}
-        return cls(**shared, **samples, **own)
+        return cls(**shared, **samples, **own, init_from=args.init_from)
     own = {name: getattr(args, name) for name in ("noise", "unroll") if getattr(args, name) is not None}
     return cls(**shared, **samples, **own)
 
