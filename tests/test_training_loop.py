@@ -117,6 +117,7 @@ def test_a_run_stopped_within_an_epoch_resumes_there_with_the_uninterrupted_weig
     finally:
         handle.remove()
     assert not (tmp_path / "whole.partial.pt").exists()  # dropped at the epoch's end
+    per_epoch = len(whole_steps) // config.epochs
 
     real = common.EpochCheckpoints.save_partial
 
@@ -131,12 +132,16 @@ def test_a_run_stopped_within_an_epoch_resumes_there_with_the_uninterrupted_weig
         train(config, llama_target, progress=False)
     monkeypatch.undo()
     assert (tmp_path / "stopped.partial.pt").exists()
+    if method == "eagle3":  # scripts/learning_curve.py reads the points so far from the newest checkpoint
+        so_far, source = learning_curve.points(tmp_path / "stopped")
+        assert source == "stopped.partial.pt" and so_far == recipe["metrics"]["curve"][1 : len(so_far) + 1]
+        assert len(so_far) == stop_at[0] * per_epoch + stop_at[1]  # a point per step here: one per checkpoint
     handle = register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: steps.append(1))
     try:
         resumed = train(config, llama_target, progress=False)
     finally:
         handle.remove()
-    per_epoch = len(whole_steps) // config.epochs  # every step after the checkpoint is trained, none before it
+    # every step after the checkpoint is trained, none before it
     assert per_epoch > 2 and len(steps) == len(whole_steps) - (stop_at[0] * per_epoch + stop_at[1])
     first = load_file(checkpoint_files(tmp_path / "whole")[0])
     again = load_file(checkpoint_files(tmp_path / "stopped")[0])
@@ -161,6 +166,19 @@ def test_the_history_rows_keep_each_methods_keys(llama_target, cache, tmp_path):
     assert all(math.isfinite(v) for v in row.values())
 
 
+def _script(name: str):
+    """A module of ``scripts/`` (not a package), loaded from its file."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+learning_curve = _script("learning_curve")
 BASE = {"cache": "c", "out": "o"}
 BAD = [
     (HeadTrainConfig, {"method": "medusa", "epochs": 0}, "--epochs must be at least 1, not 0"),
