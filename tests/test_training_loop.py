@@ -51,7 +51,7 @@ def run(method: str, cache, out, epochs: int = 2, **options):
 METHODS = [("medusa", {}, heads.HeadBatches), ("hydra", {"loss": "teacher"}, heads.HeadBatches),
            ("hydra", {"prefix_heads": 2}, heads.HeadBatches), ("ctc", {"packed": False}, common.SampleBatches),
            ("ctc", {"packed": True}, common.SampleBatches), ("ctc-ce", {}, common.SampleBatches),
-           ("eagle", {}, common.SampleBatches), ("eagle3", {"ttt_steps": 3}, eagle3.CurveBatches)]
+           ("eagle", {}, common.CurveBatches), ("eagle3", {"ttt_steps": 3}, common.CurveBatches)]
 
 
 @pytest.mark.parametrize("method, options, seam", METHODS)
@@ -132,7 +132,7 @@ def test_a_run_stopped_within_an_epoch_resumes_there_with_the_uninterrupted_weig
         train(config, llama_target, progress=False)
     monkeypatch.undo()
     assert (tmp_path / "stopped.partial.pt").exists()
-    if method == "eagle3":  # scripts/learning_curve.py reads the points so far from the newest checkpoint
+    if method in ("eagle", "eagle3"):  # scripts/learning_curve.py reads the points so far from the newest checkpoint
         so_far, source = learning_curve.points(tmp_path / "stopped")
         assert source == "stopped.partial.pt" and so_far == recipe["metrics"]["curve"][1 : len(so_far) + 1]
         assert len(so_far) == stop_at[0] * per_epoch + stop_at[1]  # a point per step here: one per checkpoint
@@ -147,7 +147,7 @@ def test_a_run_stopped_within_an_epoch_resumes_there_with_the_uninterrupted_weig
     again = load_file(checkpoint_files(tmp_path / "stopped")[0])
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
     assert resumed["history"] == recipe["history"]
-    if method == "eagle3":
+    if method in ("eagle", "eagle3"):
         curve = recipe["metrics"]["curve"]
         assert resumed["metrics"]["curve"] == curve and len(curve) > 1 + config.epochs  # points within epochs kept
         assert [point["tokens_seen"] for point in curve] == sorted(point["tokens_seen"] for point in curve)
@@ -162,8 +162,10 @@ def test_the_history_rows_keep_each_methods_keys(llama_target, cache, tmp_path):
     assert len(row["train_loss_per_head"]) == len(row["first_batch_loss"]) == 2
     train, config = run("eagle", cache, tmp_path / "e", epochs=1)
     row = train(config, llama_target, progress=False)["history"][0]
-    assert set(row) == {"epoch", "train_loss", "first_tenth_loss", "last_tenth_loss"}
-    assert all(math.isfinite(v) for v in row.values())
+    losses = {"epoch", "train_loss", "first_tenth_loss", "last_tenth_loss"}
+    curve = {"tokens_seen", "heldout_depth_top1", "heldout_chain", "heldout_chain_tau", "heldout_chain_anchors"}
+    assert set(row) == losses | curve  # and eagle's learning curve, as eagle3's
+    assert all(math.isfinite(row[key]) for key in losses)
 
 
 def _script(name: str):
@@ -269,7 +271,7 @@ def test_methods_map_to_their_configs_and_others_options_are_refused():
     with pytest.raises(SpecbenchError, match="^unknown method 'nosuch' for train; choose one of medusa, hydra, ctc, "
                                              "ctc-ce, eagle, eagle3$"):
         config_class("nosuch")
-    refused = [("eagle", {"init_from": "x"}, "--init-from is a medusa, hydra, ctc and ctc-ce option, not eagle's"),
+    refused = [("eagle", {"init_from": "x"}, "--init-from is a medusa, hydra, ctc, ctc-ce and eagle3 option, not eagle's"),
                ("ctc", {"freeze_loaded": True}, "--freeze-loaded is a medusa and hydra option, not ctc's"),
                ("eagle", {"own_lm_heads": True}, "--own-lm-heads is a medusa and hydra option, not eagle's"),
                ("medusa", {"noise": 0.5}, "--noise is an eagle option, not medusa's")]

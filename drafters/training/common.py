@@ -11,6 +11,7 @@ the progress bar and the per-epoch history.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from abc import ABC, abstractmethod
@@ -349,6 +350,53 @@ class SampleBatches(EpochBatches):
         tenth = max(1, len(losses) // 10)
         return {"train_loss": sum(losses) / max(1, len(losses)), "first_tenth_loss": sum(losses[:tenth]) / tenth,
                 "last_tenth_loss": sum(losses[-tenth:]) / tenth}
+
+
+class CurveBatches(SampleBatches):
+    """`SampleBatches` whose per-epoch history also holds ``measure()`` (a held-out score: eagle's and eagle3's
+    greedy chain acceptance) and the training tokens seen so far: the learning curve, one point per epoch and one
+    per checkpoint within an epoch (``points``; kept in the checkpoints, so a resumed run keeps the earlier
+    points). ``tokens_before``: what a warm start had seen."""
+
+    def __init__(self, samples: list, per_step: int, seed: int, sample_loss: Callable, measure: Callable[[], dict],
+                 tokens_before: int = 0) -> None:
+        super().__init__(samples, per_step, seed, sample_loss)
+        self.measure, self.epoch, self.drawn_tokens, self.tokens_before = measure, 0, 0, tokens_before
+        self.tokens_per_epoch = sum(len(sample.input_ids) for sample in samples)
+        self.points: list[dict] = []  # the curve's points within epochs
+
+    def batches(self, epoch: int):
+        self.epoch, self.drawn_tokens = epoch, 0
+        for group, generator in super().batches(epoch):
+            self.drawn_tokens += sum(len(sample.input_ids) for sample in group)  # the step about to be trained
+            yield group, generator
+
+    def history(self, records: list[list[float]]) -> dict:
+        tokens = self.tokens_before + (self.epoch + 1) * self.tokens_per_epoch
+        return super().history(records) | {"tokens_seen": tokens} | self.measure()
+
+    def interim(self, epoch: int, steps: int) -> None:
+        self.points.append({"epoch": round(epoch + steps / self.steps, 4),
+                            "tokens_seen": self.tokens_before + epoch * self.tokens_per_epoch + self.drawn_tokens}
+                           | self.measure())
+
+    def state(self) -> dict:
+        return super().state() | {"points": self.points}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.points = list(state.get("points", []))
+
+    def write_curve(self, stem: Path, start: dict, history: list[dict], heldout_samples: int, measure: str) -> list[dict]:
+        """The curve (``start``, the run's first point, then every point by tokens seen), also written to
+        ``<stem>.curve.json``."""
+        ends = [{key: row[key] for key in ("epoch", "tokens_seen", *start.keys()) if key in row} for row in history]
+        curve = [start] + sorted(self.points + ends, key=lambda point: point["tokens_seen"])
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_name(stem.name + ".curve.json").write_text(json.dumps(
+            {"measure": measure, "train_samples": len(self.samples), "heldout_samples": heldout_samples,
+             "curve": curve}, indent=1) + "\n")
+        return curve
 
 
 def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: TargetModel, config: TrainConfig,

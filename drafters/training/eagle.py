@@ -10,8 +10,8 @@ The first is averaged over the hidden size. The second is the soft cross-entropy
 own next-token distribution. EAGLE weights them 1 and 0.1. Both use the target's frozen ``lm_head``, cut
 to the training vocabulary when ``train_vocab`` is set.
 
-The loop is the one every method shares (`common.train_loop`, with `common.SampleBatches`). The recipe's
-held-out metrics are the losses and the teacher-forced depth-1 top-1/top-5 accuracy (the predicted
+The loop is the one every method shares (`common.train_loop`, with `common.CurveBatches`, which measures the
+learning curve). The recipe's held-out metrics are the losses and the teacher-forced depth-1 top-1/top-5 accuracy (the predicted
 feature's best tokens against x_{t+2}). `specbench replay` gives acceptance by tree budget.
 """
 
@@ -26,7 +26,7 @@ from torch import nn
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.eagle import EagleModule
 from specbench.drafters.training.common import (
-    SampleBatches,
+    CurveBatches,
     SampleTrainConfig,
     at_least,
     autocast,
@@ -135,6 +135,7 @@ def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sampl
     right at every depth <= d, i.e. the chance a greedy chain of d drafts is wholly accepted, so
     ``heldout_chain_tau`` = 1 + sum(chain) is the greedy chain's expected tokens per step (budget levels + 1).
     Anchors are response positions where every depth has a label, the same set at each depth."""
+    was_training = module.training
     module.eval()
     right_at, chain_at, anchors = torch.zeros(levels), torch.zeros(levels), 0
     for sample in samples:
@@ -149,6 +150,7 @@ def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sampl
         right_at += right.sum(dim=1)
         chain_at += right.int().cumprod(dim=0).sum(dim=1)
         anchors += right.shape[1]
+    module.train(was_training)
     chain = (chain_at / max(1, anchors)).tolist()
     return {"heldout_depth_top1": [round(x, 4) for x in (right_at / max(1, anchors)).tolist()],
             "heldout_chain": [round(x, 4) for x in chain], "heldout_chain_tau": round(1 + sum(chain), 4),
@@ -157,7 +159,8 @@ def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sampl
 
 def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Train on `train_loop` (each epoch checkpointed, a rerun resumes after the newest), score the held-out
-    split, write the checkpoint and its recipe."""
+    split, write the checkpoint, its recipe and the learning curve (``metrics.curve`` and ``<out>.curve.json``:
+    the held-out chain accuracy before training, at each checkpoint and each epoch's end, by tokens seen)."""
     config.validate()
     manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
     heads = target.config.num_attention_heads
@@ -167,11 +170,17 @@ def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = 
         out = losses(module, target, sample, vocab, config.noise, generator, config.unroll)
         return None if out is None else config.feature_weight * out[0] + config.token_weight * out[1]
 
-    history, seconds = train_loop(module, SampleBatches(train, config.samples_per_step, config.seed, sample_loss),
-                                  target, config, progress)
+    def measure() -> dict:
+        return chain_accuracy(module, target, heldout, eval_vocab)
+
+    start_point = {"epoch": 0, "tokens_seen": 0} | measure()
+    data = CurveBatches(train, config.samples_per_step, config.seed, sample_loss, measure)
+    history, seconds = train_loop(module, data, target, config, progress)
     with autocast(target.device, config.dtype):
         metrics = evaluate(module, target, heldout, eval_vocab) | chain_accuracy(module, target, heldout, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
+    metrics["curve"] = data.write_curve(Path(config.out), start_point, history, len(heldout),
+                                        "held-out greedy chain accuracy along the target's own responses (chain_accuracy)")
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
                          num_heads=heads)

@@ -30,7 +30,6 @@ response token is exactly a token greedy verification accepts), by depth, and it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ import torch
 from specbench.drafters.draft_vocab import RANKING_KEY
 from specbench.drafters.eagle3 import Eagle3Module, build_module, target_shape
 from specbench.drafters.training.common import (
-    SampleBatches,
+    CurveBatches,
     SampleTrainConfig,
     at_least,
     autocast,
@@ -186,41 +185,6 @@ def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterabl
             "heldout_chain_anchors": anchors}
 
 
-class CurveBatches(SampleBatches):
-    """`SampleBatches` whose per-epoch history also holds the held-out acceptance and the training tokens seen
-    so far: the learning curve, one point per epoch and one per checkpoint within an epoch (``points``; kept in
-    the checkpoints, so a resumed run keeps the earlier points)."""
-
-    def __init__(self, samples: list[Sample], per_step: int, seed: int, sample_loss, measure,
-                 tokens_before: int = 0) -> None:
-        super().__init__(samples, per_step, seed, sample_loss)
-        self.measure, self.epoch, self.drawn_tokens, self.tokens_before = measure, 0, 0, tokens_before
-        self.tokens_per_epoch = sum(len(sample.input_ids) for sample in samples)
-        self.points: list[dict] = []  # the curve's points within epochs
-
-    def batches(self, epoch: int):
-        self.epoch, self.drawn_tokens = epoch, 0
-        for group, generator in super().batches(epoch):
-            self.drawn_tokens += sum(len(sample.input_ids) for sample in group)  # the step about to be trained
-            yield group, generator
-
-    def history(self, records: list[list[float]]) -> dict:
-        tokens = self.tokens_before + (self.epoch + 1) * self.tokens_per_epoch
-        return super().history(records) | {"tokens_seen": tokens} | self.measure()
-
-    def interim(self, epoch: int, steps: int) -> None:
-        self.points.append({"epoch": round(epoch + steps / self.steps, 4),
-                            "tokens_seen": self.tokens_before + epoch * self.tokens_per_epoch + self.drawn_tokens}
-                           | self.measure())
-
-    def state(self) -> dict:
-        return super().state() | {"points": self.points}
-
-    def load_state(self, state: dict) -> None:
-        super().load_state(state)
-        self.points = list(state.get("points", []))
-
-
 def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool = True) -> dict:
     """Build the draft vocabulary, train with TTT on `train_loop` (each epoch checkpointed, a rerun resumes),
     measure the held-out acceptance per epoch, write the checkpoint, its recipe and ``<out>.curve.json``."""
@@ -260,12 +224,8 @@ def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool 
         step_losses = [ttt_loss(module, target, sample, config.ttt_steps, config.step_decay) for sample in heldout]
     per_step = [[losses[j] for _, losses in filter(None, step_losses) if j < len(losses)] for j in range(config.ttt_steps)]
     metrics["heldout_step_loss"] = [round(sum(x) / len(x), 4) if x else None for x in per_step]
-    ends = [{key: row[key] for key in ("epoch", "tokens_seen", *start_point.keys()) if key in row} for row in history]
-    curve = [start_point] + sorted(data.points + ends, key=lambda point: point["tokens_seen"])
-    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{config.out}.curve.json").write_text(json.dumps(
-        {"measure": "held-out greedy chain acceptance along the target's own responses (chain_acceptance)",
-         "train_samples": len(train), "heldout_samples": len(heldout), "curve": curve}, indent=1) + "\n")
+    curve = data.write_curve(Path(config.out), start_point, history, len(heldout),
+                             "held-out greedy chain acceptance along the target's own responses (chain_acceptance)")
     extra = {"initialised_from": provenance} if provenance else {}
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics | {"curve": curve},
