@@ -375,6 +375,11 @@ class TargetModel:
 
             # one graph per bucket (and per cache capacity) of the same code: more than dynamo's default 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            if backend == "cudagraphs":
+                # the cache writes (index_copy_ into the static cache) stay inside the captured graph, as copy_ nodes;
+                # by default AOT autograd makes them functional and copies each cache tensor back outside the
+                # graph, one eager launch per tensor per step (60 on the default model)
+                torch._dynamo.config.cudagraph_backend_keep_input_mutation = True
 
     def regime_record(self) -> dict:
         """What the manifest records about the regime."""

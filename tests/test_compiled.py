@@ -300,6 +300,9 @@ def test_the_cudagraphs_backend_runs_the_same_steps(drafter_for):
         result = generate(target, drafter_for(name, target), PROMPTS[1], 12, budget)
         assert result.output_ids == plain_greedy(target.model, PROMPTS[1], 12, target.eos_ids)
     assert target.regime_record()["backend"] == "cudagraphs" and "tree step, bucket 4" in target.compile_seconds
+    import torch._dynamo
+
+    assert torch._dynamo.config.cudagraph_backend_keep_input_mutation  # cache writes inside the graph, not after it
     keyed = cache_path(profile_key(target), Path("/p"))
     target.use_regime("compiled", min_capacity=128)
     assert keyed.name.endswith("-compiled-cudagraphs.json") and cache_path(profile_key(target), Path("/p")) != keyed
