@@ -20,16 +20,15 @@ def points(stem: Path) -> tuple[list[dict], str]:
         return json.loads(curve.read_text())["curve"], curve.name
     import torch
 
+    from specbench.drafters.training.common import curve_points
+
     checkpoints = sorted(stem.parent.glob(stem.name + ".epoch*.pt"), key=lambda p: int(p.suffixes[-2][6:]))
     partial = stem.with_name(stem.name + ".partial.pt")
     newest = max([*checkpoints, partial] if partial.exists() else checkpoints, key=lambda p: p.stat().st_mtime, default=None)
     if newest is None:
         raise SystemExit(f"no curve or checkpoint for {stem}")
     state = torch.load(newest, weights_only=False, map_location="cpu")
-    ends = [{key: row[key] for key in row if key.startswith("heldout") or key in ("epoch", "tokens_seen")}
-            for row in state["history"]]
-    within = state.get("batches", {}).get("points", [])
-    return sorted(within + ends, key=lambda point: point["tokens_seen"]), newest.name
+    return curve_points(state.get("batches", {}).get("points", []), state["history"]), newest.name
 
 
 def main() -> None:

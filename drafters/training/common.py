@@ -390,13 +390,20 @@ class CurveBatches(SampleBatches):
     def write_curve(self, stem: Path, start: dict, history: list[dict], heldout_samples: int, measure: str) -> list[dict]:
         """The curve (``start``, the run's first point, then every point by tokens seen), also written to
         ``<stem>.curve.json``."""
-        ends = [{key: row[key] for key in ("epoch", "tokens_seen", *start.keys()) if key in row} for row in history]
-        curve = [start] + sorted(self.points + ends, key=lambda point: point["tokens_seen"])
+        curve = [start] + curve_points(self.points, history)
         stem.parent.mkdir(parents=True, exist_ok=True)
         stem.with_name(stem.name + ".curve.json").write_text(json.dumps(
             {"measure": measure, "train_samples": len(self.samples), "heldout_samples": heldout_samples,
              "curve": curve}, indent=1) + "\n")
         return curve
+
+
+def curve_points(within: list[dict], history: list[dict]) -> list[dict]:
+    """The learning curve's points after the start, by tokens seen: the points within epochs and each epoch's
+    end (its history row's number, tokens seen and held-out measurements)."""
+    ends = [{key: value for key, value in row.items() if key in ("epoch", "tokens_seen") or key.startswith("heldout")}
+            for row in history]
+    return sorted(within + ends, key=lambda point: point["tokens_seen"])
 
 
 def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: TargetModel, config: TrainConfig,
