@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from specbench import batch_cache, kv, static_cache
+from specbench.cuda_graphs import GraphedFunction, cuda_capture, replay_capture
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
 from specbench.hub import hub_snapshot, is_hub_id
@@ -375,11 +376,7 @@ class TargetModel:
 
             # one graph per bucket (and per cache capacity) of the same code: more than dynamo's default 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-            if backend == "cudagraphs":
-                # the cache writes (index_copy_ into the static cache) stay inside the captured graph, as copy_ nodes;
-                # by default AOT autograd makes them functional and copies each cache tensor back outside the
-                # graph, one eager launch per tensor per step (60 on the default model)
-                torch._dynamo.config.cudagraph_backend_keep_input_mutation = True
+            self._graph_pool = None  # the cudagraphs backend's memory pool, shared by its graphs (one replays at a time)
 
     def regime_record(self) -> dict:
         """What the manifest records about the regime."""
@@ -393,8 +390,8 @@ class TargetModel:
     def prepare_drafter(self, drafter) -> list[str] | None:
         """After ``drafter.reset``: in the compiled regime, compile a capturable drafter's per-step forwards
         (`Drafter.compile_parts`) once for its loaded weights. Their names, or None where it runs eagerly."""
-        if not self.compile or not getattr(drafter, "capturable", False):
-            return None
+        if not self.compile or self.backend == "cudagraphs" or not getattr(drafter, "capturable", False):
+            return None  # the cudagraphs backend captures fixed shapes only; a drafter's change every frontier
         if getattr(drafter, "compiled_parts", None) is None:  # a drafter clears it when it loads new weights
             drafter.compiled_parts = list(drafter.compile_parts(self._compiled_part))
         return drafter.compiled_parts
@@ -414,22 +411,31 @@ class TargetModel:
         """``function`` compiled for fixed shapes (one graph per bucket); itself when the regime compiles nothing."""
         return self._compile(function, dynamic=False, label=label) if self.compile else function
 
+    def _graph_capture(self):
+        """How the cudagraphs backend captures: CUDA graphs from one pool on a GPU, `replay_capture` elsewhere."""
+        if self.device.type != "cuda":
+            return replay_capture
+        if self._graph_pool is None:
+            self._graph_pool = torch.cuda.graph_pool_handle()
+        return cuda_capture(self.device, self._graph_pool)
+
     def _compile(self, function, dynamic: bool, label: str):
         """``function`` through the regime's backend. Its first call, where compilation happens, is timed:
         ``compile_seconds[label]`` (the manifest of a compiled run records them) and one line on stderr, so a
         slow warm-up says what it spent. On a GPU the outputs are copied out of the CUDA graph's buffers, which
         its next replay overwrites while a caller still holds them (a drafter's cache, the step's hidden states)."""
         if self.backend == "cudagraphs":
-            compiled = torch.compile(function, backend="cudagraphs", dynamic=dynamic)
+            compiled = GraphedFunction(function, label, self._graph_capture())
         else:
             compiled = torch.compile(function, dynamic=dynamic, mode=self._compile_mode())
         on_gpu, first = self.device.type == "cuda", True
+        copy_out = on_gpu or self.backend == "cudagraphs"  # a graph's outputs are its own buffers
 
         def run(*args, **kwargs):
             nonlocal first
             start = time.perf_counter() if first else 0.0
             out = compiled(*args, **kwargs)
-            if on_gpu:
+            if copy_out:
                 out = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, out)
             if first:
                 if on_gpu:

@@ -288,10 +288,10 @@ def test_bad_regime_is_one_line_and_exit_2(capsys):
 
 
 def test_the_cudagraphs_backend_runs_the_same_steps(drafter_for):
-    """``--compile-backend cudagraphs`` (eager kernels replayed as CUDA graphs, for short GPU leases): dynamo
-    traces the same one-graph steps, AOT-compiles them without inductor, and on a CPU (no graphs to capture:
-    torch logs that it skips them) runs them as traced; ids equal plain greedy, the record names the backend,
-    and a profile of it is keyed apart from inductor's."""
+    """``--compile-backend cudagraphs`` (eager kernels replayed as CUDA graphs, for short GPU leases): on a CPU
+    the capture is `replay_capture` (each replay reruns the step on the captured buffers, so an input not copied
+    into them would change the ids); ids equal plain greedy, the record names the backend, and a profile of it
+    is keyed apart from inductor's."""
     from specbench.harness.autobudget.profile import cache_path, profile_key
 
     target = make_target(build_tiny_model("llama"))
@@ -300,9 +300,13 @@ def test_the_cudagraphs_backend_runs_the_same_steps(drafter_for):
         result = generate(target, drafter_for(name, target), PROMPTS[1], 12, budget)
         assert result.output_ids == plain_greedy(target.model, PROMPTS[1], 12, target.eos_ids)
     assert target.regime_record()["backend"] == "cudagraphs" and "tree step, bucket 4" in target.compile_seconds
-    import torch._dynamo
+    from specbench.harness.loop import Job, generate_batch
 
-    assert torch._dynamo.config.cudagraph_backend_keep_input_mutation  # cache writes inside the graph, not after it
+    jobs = [Job(list(prompt), 16, key=i) for i, prompt in enumerate(PROMPTS[:3])]  # rows refilled: inputs copied in
+    for _ in range(2):
+        results = dict((job.key, result) for job, result in generate_batch(target, drafter_for("hydra", target), jobs, 3, 2))
+        for i, prompt in enumerate(PROMPTS[:3]):
+            assert results[i].output_ids == plain_greedy(target.model, prompt, 16, target.eos_ids)
     keyed = cache_path(profile_key(target), Path("/p"))
     target.use_regime("compiled", min_capacity=128)
     assert keyed.name.endswith("-compiled-cudagraphs.json") and cache_path(profile_key(target), Path("/p")) != keyed
