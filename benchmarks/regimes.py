@@ -6,7 +6,8 @@ eager and with its static cache (compiled: on a GPU by transformers' own rule, o
 then every drafter eager and compiled (the same weights: two `TargetModel`s over one model). Warm-up (every
 bucket's and drafter part's compilation) runs first and is not timed. Ids are compared: every compiled
 drafter with compiled vanilla, every compiled run with its eager twin, transformers' with vanilla eager.
-Writes ``<out>/regimes.json`` (every timing and the ids' verdicts) and prints a table of tok/s and ratios.
+Writes ``<out>/regimes.json`` (every timing and the ids' verdicts; rewritten after every prompt, ``complete``
+false until the last) and prints a table of tok/s and ratios.
 
     python -m benchmarks.regimes --out docs/runs/regimes-cpu --questions 2 --max-new-tokens 128 \\
         --drafters vanilla,ngram,medusa,hydra,ctc,ctc-ce,eagle --budgets 8
@@ -110,13 +111,31 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             run_drafter(regime, name, prompts[0])
             compile_s[f"{name} {regime}"] = time.perf_counter() - start
+            print(f"warm-up {name} {regime}: {compile_s[f'{name} {regime}']:.1f} s", file=sys.stderr)
     if not args.no_hf:
         for static in (False, True):
             start = time.perf_counter()
             hf_generate(eager.model, prompts[0], n, static, eos)
-            compile_s[f"transformers {'static' if static else 'eager'}"] = time.perf_counter() - start
+            key = f"transformers {'static' if static else 'eager'}"
+            compile_s[key] = time.perf_counter() - start
+            print(f"warm-up {key}: {compile_s[key]:.1f} s", file=sys.stderr)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save(rows: list[dict], complete: bool) -> list[dict]:
+        """regimes.json with what has run so far (after every prompt: a run cut by a timeout keeps its prompts)."""
+        table = summarize(rows, drafters, not args.no_hf) if rows else []
+        record = {"command": sys.argv, "model": eager.name, "device": args.device, "dtype": args.dtype,
+                  "torch": torch.__version__, "threads": torch.get_num_threads(), "budgets": budgets,
+                  "regime": compiled.regime_record(), "questions": [q.question_id for q in questions],
+                  "complete": complete, "compile_and_first_run_s": compile_s,
+                  "compile_seconds": compiled.compile_seconds, "table": table, "rows": rows}
+        (out / "regimes.json").write_text(json.dumps(record, indent=1) + "\n")
+        return table
 
     rows: list[dict] = []
+    save(rows, False)
     for repeat in range(args.repeats):
         for index, prompt in enumerate(prompts):
             if not args.no_hf:
@@ -129,17 +148,10 @@ def main(argv: list[str] | None = None) -> int:
                     ids, seconds, lengths = run_drafter(regime, name, prompt)
                     rows.append({"system": name, "regime": regime, "prompt": index, "repeat": repeat, "ids": ids,
                                  "seconds": seconds, "tau": statistics.mean(lengths) if lengths else None})
+            print(format_table(save(rows, False)), file=sys.stderr)
             print(f"repeat {repeat + 1}/{args.repeats}, prompt {index + 1}/{len(prompts)} done", file=sys.stderr)
 
-    table = summarize(rows, drafters, not args.no_hf)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"command": sys.argv, "model": eager.name, "device": args.device, "dtype": args.dtype,
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "budgets": budgets,
-              "regime": compiled.regime_record(), "questions": [q.question_id for q in questions],
-              "compile_and_first_run_s": compile_s,
-              "compile_seconds": compiled.compile_seconds, "table": table, "rows": rows}
-    (out / "regimes.json").write_text(json.dumps(record, indent=1) + "\n")
+    table = save(rows, True)
     print(format_table(table))
     failures = [line for line in table if line["ids"] not in ("equal", "reference")]
     return 1 if failures else 0

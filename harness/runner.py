@@ -82,9 +82,14 @@ def drafters_regime(target: TargetModel, drafters: dict[str, Drafter]) -> dict:
     record = {}
     for name, drafter in drafters.items():
         parts = target.prepare_drafter(drafter)
-        record[name] = ({"compiled": parts} if parts else
-                        {"compiled": [], "eager": "capturable, nothing to compile" if parts is not None
-                         else "not capturable (Drafter.capturable is False): its forwards run eagerly"})
+        if parts:
+            record[name] = {"compiled": parts}
+        elif parts is not None:
+            record[name] = {"compiled": [], "eager": "capturable, nothing to compile"}
+        elif target.backend == "cudagraphs" and getattr(drafter, "capturable", False):
+            record[name] = {"compiled": [], "eager": "the cudagraphs backend captures the target's fixed-shape steps only"}
+        else:
+            record[name] = {"compiled": [], "eager": "not capturable (Drafter.capturable is False): its forwards run eagerly"}
     return {"drafters": record}
 
 

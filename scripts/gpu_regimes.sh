@@ -11,8 +11,9 @@
 # Everything lands in OUT_DIR (answers kept).
 #
 # Usage: scripts/gpu_regimes.sh OUT_DIR [DTYPE]   (DTYPE float32 by default: ids must equal vanilla's)
-# Environment: BACKEND (the compiled regime's --compile-backend: cudagraphs by default, which builds in seconds;
-# inductor's warm-up took more than 150 s for two drafters on an H100), DRAFTERS, BUDGETS, REGIME_DRAFTERS, STEPS (default "regimes compiled eager": a subset runs only
+# Environment: BACKEND (the compiled regime's --compile-backend: inductor by default, fused kernels, about 30 s per
+# bucket to compile; cudagraphs captures the eager kernels in a second, but they run unfused: vanilla 10 ms/token
+# on an H100), DRAFTERS, BUDGETS, REGIME_DRAFTERS, STEPS (default "regimes compiled eager": a subset runs only
 # those), T_REGIMES / T_COMPILED / T_EAGER (seconds per step).
 # Needs specbench installed with the default model importable (../shared/gpu/README.md's unpack step).
 set -uo pipefail
@@ -25,7 +26,7 @@ export SPECBENCH_NO_PROGRESS=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 # from outside the checkout: there, the source folder `specbench/` (no harness inside: pyproject maps it in) would
 # shadow the installed package that `python -m benchmarks.regimes` imports
-out=$(realpath "$out"); root=$(pwd); steps=" ${STEPS:-regimes compiled eager} "; backend=${BACKEND:-cudagraphs}
+out=$(realpath "$out"); root=$(pwd); steps=" ${STEPS:-regimes compiled eager} "; backend=${BACKEND:-inductor}
 [[ $steps == *" regimes "* ]] && (cd "$out" && PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$root" \
     timeout "${T_REGIMES:-200}" python3 -m benchmarks.regimes --out "$out/regimes" --device cuda --dtype "$dtype" \
     --questions 4 --max-new-tokens 128 --drafters "${REGIME_DRAFTERS:-vanilla,hydra}" --budgets "$budgets" \

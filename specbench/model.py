@@ -382,7 +382,7 @@ class TargetModel:
         """What the manifest records about the regime."""
         record = {"name": self.regime}
         if self.regime == "compiled":
-            record |= {"compiled": self.compile, "backend": self.backend, "mode": self._compile_mode() or "default",
+            record |= {"compiled": self.compile, "backend": self.backend, "mode": self._compile_mode(),
                        "buckets": list(static_cache.BUCKETS), "min_capacity": self.min_capacity,
                        "cache": "specbench.static_cache.TreeStaticCache (transformers StaticCache)"}
         return record
@@ -402,17 +402,18 @@ class TargetModel:
         seconds of a short lease each); the graphs per drafter stay bounded."""
         return self._compile(function, dynamic=True, label=f"drafter part {getattr(function, '__qualname__', 'forward')}")
 
-    def _compile_mode(self) -> str | None:
+    def _compile_mode(self) -> str:
+        """What the manifest calls the compiled regime's kernels and how they launch."""
         if self.backend == "cudagraphs":
             return "eager kernels in CUDA graphs"
-        return "reduce-overhead" if self.device.type == "cuda" else None
+        return "fused kernels in CUDA graphs" if self.device.type == "cuda" else "default"
 
     def _compiled(self, function, label: str = "commit"):
         """``function`` compiled for fixed shapes (one graph per bucket); itself when the regime compiles nothing."""
         return self._compile(function, dynamic=False, label=label) if self.compile else function
 
     def _graph_capture(self):
-        """How the cudagraphs backend captures: CUDA graphs from one pool on a GPU, `replay_capture` elsewhere."""
+        """How fixed-shape steps are captured: CUDA graphs from one pool on a GPU, `replay_capture` elsewhere."""
         if self.device.type != "cuda":
             return replay_capture
         if self._graph_pool is None:
@@ -424,11 +425,17 @@ class TargetModel:
         ``compile_seconds[label]`` (the manifest of a compiled run records them) and one line on stderr, so a
         slow warm-up says what it spent. On a GPU the outputs are copied out of the CUDA graph's buffers, which
         its next replay overwrites while a caller still holds them (a drafter's cache, the step's hidden states)."""
+        on_gpu = self.device.type == "cuda"
         if self.backend == "cudagraphs":
-            compiled = GraphedFunction(function, label, self._graph_capture())
-        else:
-            compiled = torch.compile(function, dynamic=dynamic, mode=self._compile_mode())
-        on_gpu, first = self.device.type == "cuda", True
+            compiled = function  # the eager kernels, captured below
+        else:  # a drafter's part (shapes change every frontier) has inductor's own CUDA graphs, one per shape
+            compiled = torch.compile(function, dynamic=dynamic, mode="reduce-overhead" if on_gpu and dynamic else None)
+        if self.backend == "cudagraphs" or (on_gpu and not dynamic):
+            # fixed shapes replayed as one CUDA graph each, captured by hand (`specbench.cuda_graphs`), for both backends:
+            # a replay skips dynamo's guards, and a step that writes the static cache in place is captured whatever
+            # torch's rules for mutated inputs (torch.compile's own cudagraphs backend ran exactly those eagerly)
+            compiled = GraphedFunction(compiled, label, self._graph_capture())
+        first = True
         copy_out = on_gpu or self.backend == "cudagraphs"  # a graph's outputs are its own buffers
 
         def run(*args, **kwargs):

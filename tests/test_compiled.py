@@ -300,6 +300,12 @@ def test_the_cudagraphs_backend_runs_the_same_steps(drafter_for):
         result = generate(target, drafter_for(name, target), PROMPTS[1], 12, budget)
         assert result.output_ids == plain_greedy(target.model, PROMPTS[1], 12, target.eos_ids)
     assert target.regime_record()["backend"] == "cudagraphs" and "tree step, bucket 4" in target.compile_seconds
+    assert target.regime_record()["mode"] == "eager kernels in CUDA graphs"
+    from specbench.harness.runner import drafters_regime
+
+    record = drafters_regime(target, {"hydra": drafter_for("hydra", target), "ngram": drafter_for("ngram", target)})
+    assert record["drafters"]["hydra"]["eager"] == "the cudagraphs backend captures the target's fixed-shape steps only"
+    assert record["drafters"]["ngram"]["eager"].startswith("not capturable")
     from specbench.harness.loop import Job, generate_batch
 
     jobs = [Job(list(prompt), 16, key=i) for i, prompt in enumerate(PROMPTS[:3])]  # rows refilled: inputs copied in
