@@ -13,6 +13,7 @@ on CUDA, inductor's default on CPU), greedy acceptance included (`specbench.veri
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -246,16 +247,29 @@ class LayerTap:
         self._history[self.forwards] = (self._latest, [None])
         self._history.pop(self.forwards - self.HISTORY, None)
 
+    @contextlib.contextmanager
+    def unnumbered(self):
+        """Forwards run inside are not numbered: their states land in a scratch dict, read by `latest` or `aside`.
+        A compiled or captured step runs this way and hands what it read to `record` as its outputs: a CUDA graph's
+        replay runs no Python, so no hook would fire (and a compiled trace must not count its own calls)."""
+        self._aside = True
+        try:
+            yield
+        finally:
+            self._aside = False
+            self._latest = self._history.get(self.forwards, ({}, None))[0]
+
+    def latest(self) -> dict[int, torch.Tensor]:
+        """{layer id: Tensor[B, n, H]} the forward running now has recorded so far (read inside a step)."""
+        return {i: self._latest[i] for i in self._hooks if i in self._latest}
+
     def aside(self, forward) -> dict[int, torch.Tensor]:
         """Run ``forward()`` (one forward of the decoder) unnumbered, so no drafter mistakes it for a prefill
         or a step, and return what it recorded: {layer id: Tensor[B, n, H]}. Replay computes a whole trajectory's
         taps at once this way, then hands each of its stand-in forwards to `record`."""
-        self._aside = True
-        try:
+        with self.unnumbered():
             forward()
-        finally:
-            self._aside = False
-        recorded, self._latest = self._latest, self._history.get(self.forwards, ({}, None))[0]
+            recorded = self._latest
         return recorded
 
     def record(self, states: dict[int, torch.Tensor], kind: str) -> None:
@@ -492,9 +506,7 @@ class TargetModel:
         returns: logits Tensor[n, V], hidden Tensor[n, H]
         """
         if isinstance(cache, static_cache.TreeStaticCache):
-            logits, hidden = self._static_tree(tree, cache)
-            self.handle.taps.mark("step")
-            return logits, hidden
+            return self._static_tree(tree, cache)  # numbers and marks the step's taps itself
         past = kv.cached_length(cache)
         n = len(tree)
         tokens = tree.tokens.to(self.device)[None]  # [1, n]
@@ -578,8 +590,9 @@ class TargetModel:
         if key not in self._batch_steps:  # compiled regime: one graph per (batch size, bucket); eager: the function
             self._batch_steps[key] = (self._compiled(self._batch_step, f"batch {len(trees)} step, bucket {bucket}")
                                       if self.regime == "compiled" else self._batch_step)
-        logits, hidden = self._batch_steps[key](packed, cache)
-        self.handle.taps.mark("step")  # row b's layer taps are batch row b of this forward
+        with self.handle.taps.unnumbered():
+            logits, hidden, tapped = self._batch_steps[key](packed, cache)
+        self.handle.taps.record(tapped, "step")  # row b's layer taps are batch row b of this forward
         return logits, hidden
 
     def _batch_step(self, packed: torch.Tensor, cache: batch_cache.BatchTreeCache):
@@ -603,7 +616,7 @@ class TargetModel:
         out = self.decoder(input_ids=tokens, position_ids=positions, attention_mask=mask,
                            **{self.cache_keyword: cache}, use_cache=True)
         hidden = out.last_hidden_state  # [B, T, H]
-        return self.lm_head(hidden), hidden
+        return self.lm_head(hidden), hidden, self.handle.taps.latest()
 
     # ---- the compiled regime: static cache, padded trees -------------------------------------------------
     def _static_prefill(self, input_ids: torch.Tensor, cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -630,7 +643,9 @@ class TargetModel:
         packed.copy_(static_cache.pad_tree(tree, bucket))
         if bucket not in self._steps:
             self._steps[bucket] = self._compiled(self._static_step, f"tree step, bucket {bucket}")
-        logits, hidden, selection = self._steps[bucket](packed, cache)
+        with self.handle.taps.unnumbered():
+            logits, hidden, selection, tapped = self._steps[bucket](packed, cache)
+        self.handle.taps.record(tapped, "step")
         cache.bucket, cache.selection = bucket, selection
         return logits[:n], hidden[:n]
 
@@ -651,7 +666,8 @@ class TargetModel:
                            **{self.cache_keyword: cache}, use_cache=True)
         hidden = out.last_hidden_state[0]  # [B, H]
         logits = self.lm_head(hidden)  # [B, V]
-        return logits, hidden, greedy_select(tokens, parents, ancestors, valid, logits.argmax(dim=-1))
+        selection = greedy_select(tokens, parents, ancestors, valid, logits.argmax(dim=-1))
+        return logits, hidden, selection, self.handle.taps.latest()
 
     def _static_mask(self, visible: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor):
         """Additive Tensor[1, 1, rows, S] from BoolTensor[rows, S] (and the windowed one for sliding layers)."""

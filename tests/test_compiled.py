@@ -318,3 +318,54 @@ def test_the_cudagraphs_backend_runs_the_same_steps(drafter_for):
     assert keyed.name.endswith("-compiled-cudagraphs.json") and cache_path(profile_key(target), Path("/p")) != keyed
     with pytest.raises(SpecbenchError, match="--compile-backend must be one of inductor, cudagraphs"):
         target.use_regime("compiled", backend="tensorrt")
+
+
+def test_eagle3_reads_its_features_from_captured_steps(tmp_path):
+    """A CUDA graph's replay runs no Python, so no forward hook: the captured step returns the layer taps it read
+    as outputs and the target records them as the step's. With replays that run no hook (as on a GPU), eagle3
+    never falls back to running the target itself, alone or in a refilled batch, and its ids equal plain greedy."""
+    import contextlib
+
+    from specbench.drafters.eagle3 import Eagle3Drafter, untrained_checkpoint
+    from specbench.harness.loop import Job, generate_batch
+
+    target = make_target(build_tiny_model("llama"))
+    target.use_regime("compiled", min_capacity=128, backend="cudagraphs")
+
+    @contextlib.contextmanager
+    def no_hooks():
+        saved = [(m, dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in target.model.modules()]
+        for module, _, _ in saved:
+            module._forward_pre_hooks.clear()
+            module._forward_hooks.clear()
+        try:
+            yield
+        finally:
+            for module, pre, post in saved:
+                module._forward_pre_hooks.update(pre)
+                module._forward_hooks.update(post)
+
+    def hookless_capture(function, args):
+        def replay():
+            with no_hooks():
+                return function(*args)
+        return replay
+
+    target._graph_capture = lambda: hookless_capture
+    stem = untrained_checkpoint(tmp_path / "e3", target.handle, draft_vocab=60, seed=3)
+
+    class Counting(Eagle3Drafter):
+        own_forwards = [0]
+
+        def own_forward(self, ctx):
+            self.own_forwards[0] += 1
+            return super().own_forward(ctx)
+
+    for prompt in PROMPTS[:2]:
+        result = generate(target, Counting(checkpoint=str(stem)), prompt, 12, 4)
+        assert result.output_ids == plain_greedy(target.model, prompt, 12, target.eos_ids)
+    jobs = [Job(list(prompt), 10, key=i) for i, prompt in enumerate(PROMPTS[:3])]
+    results = dict((job.key, result) for job, result in generate_batch(target, Counting(checkpoint=str(stem)), jobs, 4, 2))
+    for i, prompt in enumerate(PROMPTS[:3]):
+        assert results[i].output_ids == plain_greedy(target.model, prompt, 10, target.eos_ids)
+    assert Counting.own_forwards[0] == 0
