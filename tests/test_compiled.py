@@ -168,7 +168,7 @@ def test_every_compiled_function_is_one_graph_without_breaks(drafter_for, monkey
     target.use_regime("compiled", min_capacity=128)
     monkeypatch.setattr(target, "_compiled", explaining)
     monkeypatch.setattr(target, "_compiled_part", explaining)
-    for name in ("vanilla", "medusa", "hydra", "ctc", "eagle"):
+    for name in ("vanilla", "medusa", "hydra", "ctc", "eagle", "eagle3"):  # eagle3: the layer hooks traced too
         generate(target, drafter_for(name, target), PROMPTS[1], 12, 4)
     jobs = [Job(list(prompt), 8, key=i) for i, prompt in enumerate(PROMPTS[:2])]
     assert len(list(generate_batch(target, drafter_for("hydra", target), jobs, 4, 2))) == 2
@@ -195,8 +195,9 @@ def eager_twin():
     return make_target(build_tiny_model("llama"))
 
 
-# every capturable built-in once (its parts compiled), plus vanilla and a training-free drafter
-COMPILED_CASES = [("vanilla", 1), ("ngram", 3), ("ngram", 16), ("medusa", 3), ("hydra", 3), ("ctc", 3), ("eagle", 3)]
+# every capturable built-in once (its parts compiled), plus vanilla, a training-free drafter and eagle3
+COMPILED_CASES = [("vanilla", 1), ("ngram", 3), ("ngram", 16), ("medusa", 3), ("hydra", 3), ("ctc", 3), ("eagle", 3),
+                  ("eagle3", 3)]  # eagle3: not capturable, reads the layer taps the compiled step returns
 
 
 @pytest.mark.parametrize("name,budget", COMPILED_CASES, ids=[f"{n}@{b}" for n, b in COMPILED_CASES])
