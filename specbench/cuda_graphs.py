@@ -1,6 +1,7 @@
-"""The compiled regime's ``cudagraphs`` backend: a fixed-shape function's eager kernels captured once as a CUDA
-graph and replayed, the way vLLM's and SGLang's graph runners run an eager model. No compiler is involved, so a
-graph costs one eager run plus its capture (well under a second), where inductor takes tens of seconds per shape.
+"""The compiled regime's CUDA graphs: a fixed-shape step captured once as a CUDA graph and replayed, the way vLLM's
+and SGLang's graph runners run a model. Under ``--compile-backend cudagraphs`` the captured function is the eager
+one (no compiler: a graph costs one eager run plus its capture, well under a second); under inductor it is
+inductor's compiled function (fused kernels, tens of seconds to compile per shape), captured the same way.
 
 Why not ``torch.compile(backend="cudagraphs")``: that backend treats only parameters as static inputs, so a step
 that writes the static KV cache (an input it mutates) is never captured: it runs eagerly after the trace (measured
