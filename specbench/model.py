@@ -7,8 +7,9 @@ file is forked. Logits are computed with the target's own ``lm_head`` on the row
 
 Regimes (`TargetModel.use_regime`): ``eager`` (the default) runs those forwards on a transformers
 ``DynamicCache``; ``compiled`` runs them on a preallocated `specbench.static_cache.TreeStaticCache`, the
-tree step padded to its bucket and compiled once per bucket with ``torch.compile`` (mode "reduce-overhead"
-on CUDA, inductor's default on CPU), greedy acceptance included (`specbench.verify.greedy_select`).
+tree step padded to its bucket and compiled once per bucket with ``torch.compile`` (inductor; on CUDA each
+fixed-shape step is then replayed as a CUDA graph captured by hand, `specbench.cuda_graphs`), greedy acceptance
+included (`specbench.verify.greedy_select`).
 """
 
 from __future__ import annotations
@@ -390,7 +391,7 @@ class TargetModel:
 
             # one graph per bucket (and per cache capacity) of the same code: more than dynamo's default 8
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-            self._graph_pool = None  # the cudagraphs backend's memory pool, shared by its graphs (one replays at a time)
+            self._graph_pool = None  # the captured steps' memory pool on a GPU, shared (one graph replays at a time)
 
     def regime_record(self) -> dict:
         """What the manifest records about the regime."""
@@ -405,7 +406,7 @@ class TargetModel:
         """After ``drafter.reset``: in the compiled regime, compile a capturable drafter's per-step forwards
         (`Drafter.compile_parts`) once for its loaded weights. Their names, or None where it runs eagerly."""
         if not self.compile or self.backend == "cudagraphs" or not getattr(drafter, "capturable", False):
-            return None  # the cudagraphs backend captures fixed shapes only; a drafter's change every frontier
+            return None  # the cudagraphs backend captures fixed shapes only; a drafter's shapes change every frontier
         if getattr(drafter, "compiled_parts", None) is None:  # a drafter clears it when it loads new weights
             drafter.compiled_parts = list(drafter.compile_parts(self._compiled_part))
         return drafter.compiled_parts
