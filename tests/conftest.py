@@ -49,6 +49,16 @@ def private_specbench_cache(tmp_path_factory):
     else:
         os.environ["SPECBENCH_CACHE"] = before
 
+def pytest_configure(config):
+    """Under pytest-xdist (``-n 2``, as CI runs) each worker, and every process it starts, uses one torch
+    thread: two workers with two threads each on a 2-core machine oversubscribe it (~10x slower)."""
+    import os
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 #: test modules that run every registered drafter on the real default model (create_drafter(name): the shipped
 #: checkpoint); a trained drafter with no shipped checkpoint for it is skipped there
 DEFAULT_MODEL_MODULES = ("test_default_model.py",)

@@ -23,7 +23,8 @@ EXPECTED_AT_LEAST = 14 + 6 + 1
 
 def run_suite(*args: str, timeout: float, threads: int | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "pytest", "benchmarks", "-p", "no:cacheprovider", *args]
-    env = dict(os.environ)
+    # not an xdist worker's variables: pytest-benchmark reads PYTEST_XDIST_WORKER as "xdist is on" and disables timing
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_XDIST")}
     if threads is not None:
         env["SPECBENCH_BENCH_THREADS"] = str(threads)
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
