@@ -82,14 +82,8 @@ def drafters_regime(target: TargetModel, drafters: dict[str, Drafter]) -> dict:
     record = {}
     for name, drafter in drafters.items():
         parts = target.prepare_drafter(drafter)
-        if parts:
-            record[name] = {"compiled": parts}
-        elif parts is not None:
-            record[name] = {"compiled": [], "eager": "capturable, nothing to compile"}
-        elif target.backend == "cudagraphs" and getattr(drafter, "capturable", False):
-            record[name] = {"compiled": [], "eager": "the cudagraphs backend captures the target's fixed-shape steps only"}
-        else:
-            record[name] = {"compiled": [], "eager": "not capturable (Drafter.capturable is False): its forwards run eagerly"}
+        reason = target.drafter_eager_reason(drafter)
+        record[name] = {"compiled": parts} if parts else {"compiled": [], "eager": reason or "capturable, nothing to compile"}
     return {"drafters": record}
 
 

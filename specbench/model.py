@@ -402,11 +402,23 @@ class TargetModel:
                        "cache": "specbench.static_cache.TreeStaticCache (transformers StaticCache)"}
         return record
 
+    def drafter_eager_reason(self, drafter) -> str | None:
+        """Why ``drafter``'s own forwards run eagerly in this regime (what the manifest says), or None where
+        `prepare_drafter` compiles them."""
+        if not self.compile:
+            return "the eager regime"
+        if not getattr(drafter, "capturable", False):
+            return "not capturable (Drafter.capturable is False): its forwards run eagerly"
+        if self.backend == "cudagraphs":  # it captures fixed shapes only; a drafter's shapes change every frontier
+            return "the cudagraphs backend captures the target's fixed-shape steps only"
+        return None
+
     def prepare_drafter(self, drafter) -> list[str] | None:
         """After ``drafter.reset``: in the compiled regime, compile a capturable drafter's per-step forwards
-        (`Drafter.compile_parts`) once for its loaded weights. Their names, or None where it runs eagerly."""
-        if not self.compile or self.backend == "cudagraphs" or not getattr(drafter, "capturable", False):
-            return None  # the cudagraphs backend captures fixed shapes only; a drafter's shapes change every frontier
+        (`Drafter.compile_parts`) once for its loaded weights. Their names, or None where it runs eagerly
+        (`drafter_eager_reason`)."""
+        if self.drafter_eager_reason(drafter) is not None:
+            return None
         if getattr(drafter, "compiled_parts", None) is None:  # a drafter clears it when it loads new weights
             drafter.compiled_parts = list(drafter.compile_parts(self._compiled_part))
         return drafter.compiled_parts

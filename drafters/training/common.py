@@ -434,15 +434,15 @@ def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: 
     return recipe
 
 
-def sample_training_data(config: SampleTrainConfig, target: TargetModel, ranking: torch.Tensor | None = None
-                         ) -> tuple[dict, torch.Tensor, object, object, list, list]:
-    """What a sample-level trainer (ctc, ctc-ce, eagle) starts from: the checked cache manifest, the token
-    ranking (``ranking``, a loaded checkpoint's, or the cache's counts), the train and evaluation vocabularies
-    (`training_vocabularies`), and the train (cut to ``config.max_train_samples``) and held-out samples;
-    seeds torch and freezes the target first."""
+def sample_training_data(config: SampleTrainConfig, target: TargetModel, ranking: torch.Tensor | None = None,
+                         manifest: dict | None = None) -> tuple[dict, torch.Tensor, object, object, list, list]:
+    """What a sample-level trainer (ctc, ctc-ce, eagle, eagle3) starts from: the checked cache manifest (read
+    here unless the caller has it), the token ranking (``ranking``, a loaded checkpoint's, or the cache's
+    counts), the train and evaluation vocabularies (`training_vocabularies`), and the train (cut to
+    ``config.max_train_samples``) and held-out samples; seeds torch and freezes the target first."""
     from specbench.drafters.training.distill import iter_samples
 
-    manifest = checked_manifest(Path(config.cache), target)
+    manifest = manifest if manifest is not None else checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
     ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab, ranking)

@@ -194,7 +194,7 @@ def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool 
     if not layer_ids:
         raise SpecbenchError(f"{config.cache} holds no auxiliary hidden states; distill it with --aux-layers")
     loaded, provenance = initial_state(Path(config.init_from), layer_ids, target) if config.init_from else ({}, None)
-    manifest, ranking, _, _, train, heldout = sample_training_data(config, target, loaded.pop(RANKING_KEY, None))
+    _, ranking, _, _, train, heldout = sample_training_data(config, target, loaded.pop(RANKING_KEY, None), manifest)
     if loaded:  # its own draft vocabulary, whatever this cache's counts say
         token_ids = torch.arange(loaded["d2t"].shape[0]) + loaded["d2t"].cpu()
     else:
