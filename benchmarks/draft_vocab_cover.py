@@ -1,0 +1,88 @@
+"""What a reduced draft vocabulary costs, from a stored run's answers: how many of the target's tokens an eagle3
+checkpoint can draft at all, and how much tau a drafter that scores the whole vocabulary would lose if capped to it.
+
+EAGLE-3 scores only its own draft vocabulary (d2t: the most frequent response tokens of its training data). A
+token outside it can never be drafted, so a step whose next token lies outside ends at the bonus token. For each
+checkpoint this reads its d2t and, from a run directory's answers: the share of vanilla's output tokens inside
+that vocabulary, and for each whole-vocabulary drafter in the run (eagle, hydra, ...) the tau it loses when each
+of its steps keeps only the accepted tokens before the first one outside (an upper bound on what the cap costs a
+drafter as good as it). It reads only stored files; nothing is timed.
+
+Run:  python -m benchmarks.draft_vocab_cover docs/runs/main-job \
+          drafters/checkpoints/eagle3-SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from specbench.results import Answer, load_run
+
+BASELINE = "vanilla"
+
+
+def draft_vocabulary(stem: Path) -> set[int]:
+    """The token ids an eagle3 checkpoint drafts: d2t maps draft index i to token i + d2t[i]."""
+    with safe_open(f"{stem}.safetensors", "pt") as weights:
+        offsets = weights.get_tensor("d2t")  # [V']
+    return set((torch.arange(offsets.numel()) + offsets).tolist())
+
+
+def steps_of(answer: Answer) -> list[tuple[list[int], list[int]]]:
+    """Per turn: (the output ids, the accept length of each step). A turn's first token comes from the prefill,
+    then step j emits ``accept_lengths[j]`` tokens: its accepted drafts, then the bonus token."""
+    turns, start = [], 0
+    lengths = answer.accept_lengths
+    for ids, steps in zip(answer.output_ids, answer.decoding_steps):
+        turns.append((ids, lengths[start:start + steps]))
+        start += steps
+    return turns
+
+
+def capped_tau_loss(answers: list[Answer], vocabulary: set[int]) -> tuple[float, float]:
+    """(tau lost per step, share of steps that lose any) when every step's accepted drafts stop at the first token
+    outside ``vocabulary``."""
+    steps = lost = hit = 0
+    for answer in answers:
+        for ids, lengths in steps_of(answer):
+            position = 1
+            for length in lengths:
+                drafts = ids[position:position + length - 1]
+                outside = next((k for k, token in enumerate(drafts) if token not in vocabulary), None)
+                if outside is not None:
+                    lost, hit = lost + len(drafts) - outside, hit + 1
+                steps, position = steps + 1, position + length
+    return lost / steps, hit / steps
+
+
+def coverage(answers: list[Answer], vocabulary: set[int]) -> float:
+    """The share of the answers' output tokens inside ``vocabulary``."""
+    tokens = [token for answer in answers for ids in answer.output_ids for token in ids]
+    return sum(token in vocabulary for token in tokens) / len(tokens)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a run directory with its answers (vanilla's among them)")
+    parser.add_argument("checkpoints", type=Path, nargs="+", help="eagle3 checkpoint stems (no suffix)")
+    args = parser.parse_args(argv)
+    runs = load_run(args.run)
+    uncapped = [name for name in sorted(runs) if name not in (BASELINE, "eagle3")]
+    print("| checkpoint | draft vocabulary | vanilla's tokens inside | " +
+          " | ".join(f"{name}: tau lost (steps hit)" for name in uncapped) + " |")
+    print("| --- | ---: | ---: |" + " ---: |" * len(uncapped))
+    for stem in args.checkpoints:
+        vocabulary = draft_vocabulary(stem)
+        cells = [f"{loss:.3f} ({share:.3f})" for loss, share in
+                 (capped_tau_loss(runs[name], vocabulary) for name in uncapped)]
+        print(f"| {stem.name} | {len(vocabulary)} | {coverage(runs[BASELINE], vocabulary):.3f} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
