@@ -21,7 +21,8 @@ import torch
 
 from benchmarks.benchlib import Tape, record_turn
 from specbench.errors import SpecbenchError
-from specbench.model import TargetModel, default_model_file, load_target
+from specbench.model import TargetModel, load_target
+from specbench.model_source import default_model_file
 from specbench.prompts import PromptBuilder
 from specbench.questions import load_questions, resolve_bench
 from specbench.registry import create_drafter

@@ -8,7 +8,7 @@ Read from the released code, not copied: SafeAILab/EAGLE at cb7e0841 (``eagle/mo
 **Features.** The target's hidden states *entering* decoder layers ``layer_ids`` (EAGLE-3's choice: 2,
 N // 2 and N - 3 of N layers, low, middle, high; speculators' ``eagle_aux_hidden_state_layer_ids``) are
 concatenated, [g_lo; g_mid; g_hi] (3H), and fused by ``fc`` (3H -> H, no bias) into g_t. specbench reads them
-through the target's `specbench.model.LayerTap` (forward hooks that keep what the harness's own forwards
+through the target's `specbench.layer_tap.LayerTap` (forward hooks that keep what the harness's own forwards
 compute: no extra target work; replay's stand-in target records them too). Where no forward was recorded, the
 drafter runs the target's decoder on a cache of its own over the accepted tokens to get them.
 

@@ -77,7 +77,7 @@ class SpSDrafter(Drafter):
             if vocab != target.lm_head.weight.shape[0]:
                 raise DrafterOptionError(f"sps draft model has {vocab} output tokens, the target "
                                          f"{target.lm_head.weight.shape[0]}: they must share the tokenizer")
-            from specbench.model import weights_fingerprint
+            from specbench.model_source import weights_fingerprint
 
             return self.model_spec.eval(), f"in-memory {weights_fingerprint(self.model_spec)}"
         if self.model_spec != SELF:

@@ -147,7 +147,8 @@ class RunConfig:
         from specbench.harness import distributed
         from specbench.harness.autobudget.calibration import heldout_questions
         from specbench.harness.autobudget.profile import load_profile
-        from specbench.model import MODEL_FORMS, NAMED_MODELS, check_device
+        from specbench.model import check_device
+        from specbench.model_source import MODEL_FORMS, NAMED_MODELS
         from specbench.registry import get_drafter_class
 
         if not self.drafters:

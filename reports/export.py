@@ -159,10 +159,10 @@ def spec_bench_tokenizer(run_dir: str | os.PathLike) -> Path:
     """A Hugging Face tokenizer folder for the run's model, to give speed.py as ``tokenizer``.
 
     A model directory is its own tokenizer folder; a GGUF file's is specbench's converted copy of it
-    (`specbench.model.converted_copy`, made on first use, ~15 s). Raises `SpecbenchError` when the run's
+    (`specbench.model_source.converted_copy`, made on first use, ~15 s). Raises `SpecbenchError` when the run's
     model file is no longer there or changed since the run.
     """
-    from specbench.model import ModelSource, converted_copy, file_sha256
+    from specbench.model_source import ModelSource, converted_copy, file_sha256
 
     manifest = read_manifest(Path(run_dir))
     try:

@@ -18,7 +18,7 @@
 # `bash .gpu/bin/device-setup.sh && . /tmp/sb/env && TOKENS=.gpu/bin/tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f
 # bash scripts/gpu_eagle3.sh /tmp/e3 $OUT 560` (carry [".gpu/bin"], timeout_s 590).
 # Environment: DEVICE (cuda), EPOCHS (2), TOKENS (the committed token cache), INIT (the stem to start from: the
-# shipped eagle3), HIDDEN_BATCH (64), TRAIN (all) and HELDOUT (64) prompts, LIMIT (2) and MAX_NEW (128) for the
+# shipped eagle3; empty: from scratch), DRAFT_VOCAB (8192; from scratch only: a warm start keeps its own), HIDDEN_BATCH (64), TRAIN (all) and HELDOUT (64) prompts, LIMIT (2) and MAX_NEW (128) for the
 # replay; a CPU smoke test: DEVICE=cpu TRAIN=8 HELDOUT=4 EPOCHS=1 LIMIT=1 MAX_NEW=8. Needs specbench installed with the default model importable.
 set -uo pipefail
 work=${1:?usage: $0 WORK_DIR OUT_DIR SECONDS}; out=${2:?}; seconds=${3:?}
@@ -27,7 +27,8 @@ left() { echo $(( seconds - ($(date +%s) - began) )); }
 here=$(cd "$(dirname "$0")" && pwd)
 device=${DEVICE:-cuda}
 tokens=${TOKENS:-data/distill-tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}
-init=${INIT:-drafters/checkpoints/eagle3-SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}
+init=${INIT-drafters/checkpoints/eagle3-SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}  # INIT= (empty): from scratch
+init_args=(); [ -n "$init" ] && init_args=(--init-from "$init")  # a warm start keeps the shipped draft vocabulary
 mkdir -p "$work/logs" "$out"
 pack() { (cd "$work" && tar czf "$out/eagle3.tar.gz" logs $(ls eagle3-full.safetensors eagle3-full.json \
     eagle3-full.curve.json cache/manifest.json replay-*.csv 2>/dev/null)); }
@@ -40,8 +41,8 @@ echo "distill rc=$?" >> "$work/logs/status.txt"; pack
 
 echo "$(date +%T) train eagle3 ($(left) s left)"
 timeout "$(( $(left) - 120 ))" specbench train eagle3 --model default --cache "$work/cache" --epochs "${EPOCHS:-2}" \
-    --samples-per-step 4 --lr 1e-3 --draft-vocab 8192 --dtype bfloat16 --checkpoint-steps 500 --device "$device" \
-    --no-progress --init-from "$init" --out-checkpoint "$work/eagle3-full" > "$work/logs/train.log" 2>&1
+    --samples-per-step 4 --lr 1e-3 --draft-vocab "${DRAFT_VOCAB:-8192}" --dtype bfloat16 --checkpoint-steps 500 --device "$device" \
+    --no-progress "${init_args[@]}" --out-checkpoint "$work/eagle3-full" > "$work/logs/train.log" 2>&1
 echo "train rc=$?" >> "$work/logs/status.txt"
 python3 "$here/learning_curve.py" "$work/eagle3-full" > "$work/logs/curve.txt" 2>&1; pack
 

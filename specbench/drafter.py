@@ -34,12 +34,12 @@ class TargetHandle:
     dtype: torch.dtype
     name: str = ""
     sha256: str | None = None  # identity of the weights' source (GGUF file hash or directory fingerprint)
-    fingerprint: str | None = None  # identity of the weights themselves (`specbench.model.weights_fingerprint`)
+    fingerprint: str | None = None  # identity of the weights themselves (`specbench.model_source.weights_fingerprint`)
     # The whole model and its tokenizer, read-only: for drafters that build a draft model from the target
     # (sps's self-draft) or check a tokenizer against it. Never run the model on the harness's cache.
     model: Any = None
     tokenizer: Any = None
-    # `specbench.model.LayerTap`: the hidden states entering chosen decoder layers, recorded as the harness runs
+    # `specbench.layer_tap.LayerTap`: the hidden states entering chosen decoder layers, recorded as the harness runs
     # the target (EAGLE-3's auxiliary features); None where the target is not a `TargetModel`
     taps: Any = None
 

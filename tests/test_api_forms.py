@@ -91,7 +91,7 @@ def test_the_default_model_by_name_as_the_docstring_gives_it(default_model_avail
 
 @pytest.mark.slow
 def test_the_default_model_as_a_gguf_path(default_model_available, tmp_path):
-    from specbench.model import default_model_file
+    from specbench.model_source import default_model_file
 
     gguf = default_model_file()
     result = specbench.run(model=gguf, out=tmp_path / "run", **SHORT)

@@ -76,7 +76,7 @@ def test_rows_together_replays_like_the_drafter_and_proposes_b_rows_at_once(tiny
 def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_sizes(tiny_run_setup, tmp_path,  # noqa: F811
                                                                                     monkeypatch):
     from specbench.harness.autobudget import choose
-    from specbench.model import cache_root
+    from specbench.model_source import cache_root
     from specbench.results import load_run
     from test_tree_budgets import run_tiny
 

@@ -290,7 +290,7 @@ def test_default_model_tokenizer_adds_no_bos(tmp_path, default_model_available):
     ``len(ids) - 1`` drops a real token of every baseline turn."""
     from transformers import AutoTokenizer
 
-    from specbench.model import resolve_model
+    from specbench.model_source import resolve_model
 
     source = resolve_model("default")
     (tmp_path / "manifest.json").write_text(json.dumps(

@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 
 from specbench.errors import SpecbenchError
-from specbench.model import GEMMA3_PACKAGE, resolve_model
+from specbench.model_source import GEMMA3_PACKAGE, resolve_model
 
 
 def test_missing_gemma3_packages_are_one_line_naming_them(monkeypatch):

@@ -89,7 +89,7 @@ def hidden_states(target: TargetModel, sequences: list[list[int]], aux_layers: l
                   ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """(last-layer hidden states after the final norm [L_i, H], the states entering ``aux_layers`` [L_i, k H] or
     None) of each sequence, from one right-padded batch forward; the aux states come from the target's
-    `specbench.model.LayerTap`, the same hooks eagle3 reads at inference."""
+    `specbench.layer_tap.LayerTap`, the same hooks eagle3 reads at inference."""
     width = max(len(s) for s in sequences)
     ids = torch.zeros((len(sequences), width), dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)

@@ -48,7 +48,7 @@ from specbench.harness.autobudget.replay import RowsTogether, budget_point, repl
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
 from specbench.harness.loop import Job, generate, generate_batch
-from specbench.model import cache_root
+from specbench.model_source import cache_root
 from specbench.progress import enabled
 from specbench.questions import load_questions
 from specbench.results import BASELINE

@@ -32,7 +32,7 @@ import torch
 
 from specbench import kv
 from specbench.errors import SpecbenchError
-from specbench.model import cache_root
+from specbench.model_source import cache_root
 from specbench.placement import placement_summary
 from specbench.progress import phase
 from specbench.static_cache import BUCKETS, bucket_of

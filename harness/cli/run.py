@@ -75,7 +75,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         profile_key,
         save_profile,
     )
-    from specbench.model import cache_root, check_device, load_target
+    from specbench.model import check_device, load_target
+    from specbench.model_source import cache_root
 
     config = RunConfig(drafters=[BASELINE], **given(args, RunConfig))
     sizes = tree_sizes(args.sizes, "--sizes")
@@ -130,7 +131,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from specbench.harness.autobudget.replay import sweep, with_predictions
     from specbench.harness.autobudget.spec import create_entry
     from specbench.harness.autobudget.trajectories import replay_trajectories
-    from specbench.model import cache_root, load_target
+    from specbench.model import load_target
+    from specbench.model_source import cache_root
     from specbench.prompts import PromptBuilder
     from specbench.questions import load_questions, resolve_bench, select_questions
 

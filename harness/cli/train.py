@@ -210,7 +210,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     from specbench.drafters.training.distill import prompts_in_tokens
     from specbench.drafters.training.sharegpt import load_prompts
-    from specbench.model import cache_root, check_device, load_target, resolve_model
+    from specbench.model import check_device, load_target
+    from specbench.model_source import cache_root, resolve_model
     from specbench.prompts import PromptBuilder
     from specbench.results import read_manifest
 
@@ -285,7 +286,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specbench.drafters.training.ctc import CTCTrainConfig
     from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import HeadTrainConfig
-    from specbench.model import cache_root, check_device, resolve_model
+    from specbench.model import check_device
+    from specbench.model_source import cache_root, resolve_model
 
     # an unknown method, another method's option, a bad value: one line each, before a model loads
     refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
