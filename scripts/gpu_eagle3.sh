@@ -4,8 +4,8 @@
 # neither survives to the next session: docs/training-runs/cpu-2026-11-27-eagle3-full/). In order, within SECONDS:
 #   1. the auxiliary hidden-state cache (layers 2 / 15 / 27) for every train prompt and the 64 held-out ones, from
 #      the committed token cache (no generation: the responses are there);
-#   2. eagle3 trained from the shipped eagle3 (--init-from: its draft vocabulary, a new warm-up and cosine
-#      schedule) for EPOCHS epochs in bf16 autocast, checkpointing every 500 steps, cut 120 s before the end;
+#   2. eagle3 trained from scratch with a 16,384-token draft vocabulary (DRAFT_VOCAB; INIT warm-starts instead)
+#      for EPOCHS epochs in bf16 autocast, checkpointing every 500 steps, cut 120 s before the end;
 #   3. the learning curve so far (scripts/learning_curve.py, also from a partial checkpoint) and, if the training
 #      finished, the replay on MT-bench limit 2 at budgets 4, 8, 16 and 32 of the new eagle3 beside the shipped
 #      eagle (issue 44's bar: eagle3 above eagle at every budget).
@@ -17,9 +17,10 @@
 # carries: `cp -r .gpu/away/data/distill-tokens .gpu/bin/tokens` after pack.sh; the three calls; then, warm,
 # `bash .gpu/bin/device-setup.sh && . /tmp/sb/env && TOKENS=.gpu/bin/tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f
 # bash scripts/gpu_eagle3.sh /tmp/e3 $OUT 560` (carry [".gpu/bin"], timeout_s 590).
-# Environment: DEVICE (cuda), EPOCHS (2), TOKENS (the committed token cache), INIT (the stem to start from: the
-# shipped eagle3; empty: from scratch), DRAFT_VOCAB (8192; from scratch only: a warm start keeps its own), HIDDEN_BATCH (64), TRAIN (all) and HELDOUT (64) prompts, LIMIT (2) and MAX_NEW (128) for the
-# replay; a CPU smoke test: DEVICE=cpu TRAIN=8 HELDOUT=4 EPOCHS=1 LIMIT=1 MAX_NEW=8. Needs specbench installed with the default model importable.
+# Environment: DEVICE (cuda), EPOCHS (2), TOKENS (the committed token cache), INIT (a stem to warm-start from; default
+# none: from scratch, the shipped eagle's recipe), DRAFT_VOCAB (16384: at 3,000 x 2 on a CPU it lifted MT-bench tau by
+# 0.007-0.035 over 8,192, docs/training-runs/cpu-2026-11-27-eagle3/; a warm start keeps its own), HIDDEN_BATCH (64), TRAIN (all) and HELDOUT (64) prompts, LIMIT (2) and MAX_NEW (128) for the
+# replay; a CPU smoke test: DEVICE=cpu TRAIN=8 HELDOUT=64 EPOCHS=1 LIMIT=1 MAX_NEW=8 (the token cache holds 64 held-out prompts). Needs specbench installed with the default model importable.
 set -uo pipefail
 work=${1:?usage: $0 WORK_DIR OUT_DIR SECONDS}; out=${2:?}; seconds=${3:?}
 began=$(date +%s)
@@ -27,7 +28,7 @@ left() { echo $(( seconds - ($(date +%s) - began) )); }
 here=$(cd "$(dirname "$0")" && pwd)
 device=${DEVICE:-cuda}
 tokens=${TOKENS:-data/distill-tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}
-init=${INIT-drafters/checkpoints/eagle3-SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}  # INIT= (empty): from scratch
+init=${INIT-}  # from scratch; INIT=STEM warm-starts (keeping that checkpoint's draft vocabulary)
 init_args=(); [ -n "$init" ] && init_args=(--init-from "$init")  # a warm start keeps the shipped draft vocabulary
 mkdir -p "$work/logs" "$out"
 pack() { (cd "$work" && tar czf "$out/eagle3.tar.gz" logs $(ls eagle3-full.safetensors eagle3-full.json \
@@ -41,7 +42,7 @@ echo "distill rc=$?" >> "$work/logs/status.txt"; pack
 
 echo "$(date +%T) train eagle3 ($(left) s left)"
 timeout "$(( $(left) - 120 ))" specbench train eagle3 --model default --cache "$work/cache" --epochs "${EPOCHS:-2}" \
-    --samples-per-step 4 --lr 1e-3 --draft-vocab "${DRAFT_VOCAB:-8192}" --dtype bfloat16 --checkpoint-steps 500 --device "$device" \
+    --samples-per-step 4 --lr 1e-3 --draft-vocab "${DRAFT_VOCAB:-16384}" --dtype bfloat16 --checkpoint-steps 500 --device "$device" \
     --no-progress "${init_args[@]}" --out-checkpoint "$work/eagle3-full" > "$work/logs/train.log" 2>&1
 echo "train rc=$?" >> "$work/logs/status.txt"
 python3 "$here/learning_curve.py" "$work/eagle3-full" > "$work/logs/curve.txt" 2>&1; pack
