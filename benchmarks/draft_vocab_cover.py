@@ -27,21 +27,11 @@ BASELINE = "vanilla"
 
 
 def draft_vocabulary(stem: Path) -> set[int]:
-    """The token ids an eagle3 checkpoint drafts: d2t maps draft index i to token i + d2t[i]."""
+    """The token ids an eagle3 checkpoint drafts: d2t maps draft index i to token i + d2t[i] (what
+    `Eagle3Module.token_ids` gives a loaded module; read here from the file, without building one)."""
     with safe_open(f"{stem}.safetensors", "pt") as weights:
         offsets = weights.get_tensor("d2t")  # [V']
     return set((torch.arange(offsets.numel()) + offsets).tolist())
-
-
-def steps_of(answer: Answer) -> list[tuple[list[int], list[int]]]:
-    """Per turn: (the output ids, the accept length of each step). A turn's first token comes from the prefill,
-    then step j emits ``accept_lengths[j]`` tokens: its accepted drafts, then the bonus token."""
-    turns, start = [], 0
-    lengths = answer.accept_lengths
-    for ids, steps in zip(answer.output_ids, answer.decoding_steps):
-        turns.append((ids, lengths[start:start + steps]))
-        start += steps
-    return turns
 
 
 def capped_tau_loss(answers: list[Answer], vocabulary: set[int]) -> tuple[float, float]:
@@ -49,9 +39,9 @@ def capped_tau_loss(answers: list[Answer], vocabulary: set[int]) -> tuple[float,
     outside ``vocabulary``."""
     steps = lost = hit = 0
     for answer in answers:
-        for ids, lengths in steps_of(answer):
-            position = 1
-            for length in lengths:
+        for ids, turn in zip(answer.output_ids, answer.steps):
+            position = 1  # a turn's first token comes from the prefill; each step emits its drafts, then the bonus
+            for length in (step.accepted for step in turn):
                 drafts = ids[position:position + length - 1]
                 outside = next((k for k, token in enumerate(drafts) if token not in vocabulary), None)
                 if outside is not None:
