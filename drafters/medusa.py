@@ -19,6 +19,7 @@ from torch import nn
 
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
+from specbench.drafters.draft_vocab import RANKING_KEY
 from specbench.drafters.dynamic_tree import Candidates
 from specbench.drafters.layers import ResBlock
 from specbench.drafters.published import published_method
@@ -55,6 +56,25 @@ def own_lm_heads(hidden: int, num_heads: int, vocab: int, bias: bool) -> nn.Modu
     """One output projection [V, H] per head (published Medusa-1 and Hydra heads), or None (vocab 0: the
     heads use the target's lm_head)."""
     return nn.ModuleList(nn.Linear(hidden, vocab, bias=bias) for _ in range(num_heads)) if vocab else None
+
+
+def cut_own_heads(state: dict[str, torch.Tensor], recipe: dict, rows: int) -> tuple[dict[str, torch.Tensor], dict]:
+    """A stored medusa/hydra checkpoint with own output projections kept to the ``rows`` most frequent tokens of
+    its ranking: the heads then draft exactly what they drafted before wherever the best token is among those
+    (a softmax over fewer rows keeps the order of the rest); a token beyond the cut can no longer be drafted.
+    A projection's rows score the ranking's first V' tokens in ascending id order (`DraftVocab.of_projection`),
+    so the kept rows are picked by token, not by position."""
+    config = recipe.get("hyperparameters", {})
+    have = config.get("own_vocab", 0)
+    if not have:
+        raise SpecbenchError("the checkpoint's heads have no output projections of their own to cut")
+    if not 0 < rows <= have:
+        raise SpecbenchError(f"--own-vocab must be between 1 and the heads' {have} rows, got {rows}")
+    ranking = state[RANKING_KEY].long()  # [V], token ids, most frequent first
+    row_tokens = ranking[:have].sort().values  # [V'], the token each stored row scores
+    kept_rows = torch.searchsorted(row_tokens, ranking[:rows].sort().values)  # [rows], ascending ids again
+    cut = {name: tensor[kept_rows] if name.startswith("lm_heads.") else tensor for name, tensor in state.items()}
+    return cut, recipe | {"hyperparameters": config | {"own_vocab": rows}}
 
 
 #: candidates per depth a head drafter's tree may use (the ``max_rank`` option's default)

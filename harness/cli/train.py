@@ -127,9 +127,14 @@ def convert_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="directory for the published files (weights + config.json)")
     parser.add_argument("--no-lm-heads", action="store_true",
                          help="medusa: the 'version 2' layout, heads without their own lm_head")
-    parser.add_argument("--to", choices=["authors", "speculators"], default="authors",
-                        help="the layout written: 'authors' (the method's released layout: medusa, hydra, eagle3) or "
-                             "'speculators' (vllm-project/speculators' config.json + model.safetensors: eagle3, eagle)")
+    parser.add_argument("--to", choices=["authors", "speculators", "int8"], default="authors",
+                        help="the layout written: 'authors' (the method's released layout: medusa, hydra, eagle3), "
+                             "'speculators' (vllm-project/speculators' config.json + model.safetensors: eagle3, eagle) "
+                             "or 'int8' (a specbench checkpoint of any drafter, OUT/<stem name>, its matrices stored "
+                             "as int8 rows with a float16 scale each: about half the size; needs no model)")
+    parser.add_argument("--own-vocab", type=int, default=None,
+                        help="with --to int8: keep the first N rows of medusa/hydra heads' own output projections "
+                             "(the N most frequent tokens of the checkpoint's ranking)")
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -138,6 +143,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from specbench.registry import create_drafter
 
     check_out_dir(args.out)
+    if args.to == "int8":
+        return _convert_int8(args.checkpoint, Path(args.out), args.own_vocab)
+    if args.own_vocab is not None:
+        raise SpecbenchError("--own-vocab goes with --to int8")
     method, stem = _checkpoint_method(args.checkpoint)
     if args.to == "speculators" and method not in ("eagle3", "eagle"):
         raise SpecbenchError(f"--to speculators writes eagle3 and eagle checkpoints; {args.checkpoint} is a {method} checkpoint")
@@ -173,6 +182,31 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(path)
     for note in notes:
         print(f"note: {note}")
+    return 0
+
+
+def _convert_int8(spec: str, out: Path, own_vocab: int | None) -> int:
+    """``convert STEM --to int8``: the checkpoint rewritten with its matrices as int8 rows (`int8_rows`), optionally
+    with its heads' own projections cut first (`cut_own_heads`); the recipe records what was done and from which
+    weights."""
+    import hashlib
+
+    from specbench.checkpoint import checkpoint_files, int8_rows, read_checkpoint_files, write_checkpoint_files
+
+    stem = Path(spec)
+    tensors, recipe = read_checkpoint_files(stem)
+    source = {"weights": checkpoint_files(stem)[0].name,
+              "weights_sha256": hashlib.sha256(checkpoint_files(stem)[0].read_bytes()).hexdigest()}
+    if own_vocab is not None:
+        from specbench.drafters.medusa import cut_own_heads
+
+        tensors, recipe = cut_own_heads(tensors, recipe, own_vocab)
+        source["own_vocab"] = own_vocab
+    tensors, recipe = int8_rows(tensors, recipe | {"converted_from": source})
+    written = out / stem.name
+    write_checkpoint_files(written, tensors, recipe)
+    for path in checkpoint_files(written):
+        print(path)
     return 0
 
 
