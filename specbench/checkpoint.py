@@ -82,16 +82,20 @@ def write_checkpoint_files(stem: Path, tensors: dict[str, torch.Tensor], recipe:
     recipe_path.write_text(json.dumps(recipe, indent=2, default=str) + "\n", encoding="utf-8")
 
 
+def read_recipe(recipe_path: Path) -> dict:
+    """A checkpoint's recipe; a file that is not JSON is a one-line `SpecbenchError`."""
+    try:
+        return json.loads(Path(recipe_path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
+
+
 def read_checkpoint_files(stem: Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(tensors as stored, recipe) of a checkpoint stem, without checking its target."""
     weights, recipe_path = checkpoint_files(Path(stem))
     if not weights.exists() or not recipe_path.exists():
         raise SpecbenchError(f"checkpoint {stem} needs both {weights.name} and {recipe_path.name}")
-    try:
-        recipe = json.loads(recipe_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
-    return load_file(str(weights)), recipe
+    return load_file(str(weights)), read_recipe(recipe_path)
 
 
 def target_identity(target: TargetHandle) -> dict:

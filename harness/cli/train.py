@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -189,14 +188,13 @@ def _convert_int8(spec: str, out: Path, own_vocab: int | None) -> int:
     """``convert STEM --to int8``: the checkpoint rewritten with its matrices as int8 rows (`int8_rows`), optionally
     with its heads' own projections cut first (`cut_own_heads`); the recipe records what was done and from which
     weights."""
-    import hashlib
-
     from specbench.checkpoint import checkpoint_files, int8_rows, read_checkpoint_files, write_checkpoint_files
+    from specbench.model_source import file_sha256
 
     stem = Path(spec)
     tensors, recipe = read_checkpoint_files(stem)
-    source = {"weights": checkpoint_files(stem)[0].name,
-              "weights_sha256": hashlib.sha256(checkpoint_files(stem)[0].read_bytes()).hexdigest()}
+    weights = checkpoint_files(stem)[0]
+    source = {"weights": weights.name, "weights_sha256": file_sha256(weights)}
     if own_vocab is not None:
         from specbench.drafters.medusa import cut_own_heads
 
@@ -215,7 +213,7 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
     names the method."""
     if spec in ("medusa", "hydra"):
         return spec, None
-    from specbench.checkpoint import checkpoint_files
+    from specbench.checkpoint import checkpoint_files, read_recipe
     from specbench.drafters.speculators import layout_of
 
     if Path(spec).is_dir():  # a speculators or authors' EAGLE-3 directory, rewritten in the other layout
@@ -229,10 +227,7 @@ def _checkpoint_method(spec: str) -> tuple[str, str | None]:
     recipe_path = checkpoint_files(Path(spec))[1]
     if not recipe_path.is_file():
         raise SpecbenchError(f"no checkpoint recipe at {recipe_path} (give a stem PATH of PATH.json + PATH.safetensors)")
-    try:
-        method = json.loads(recipe_path.read_text(encoding="utf-8")).get("method")
-    except json.JSONDecodeError as error:
-        raise SpecbenchError(f"{recipe_path}: not JSON ({error.msg})") from None
+    method = read_recipe(recipe_path).get("method")
     if method not in ("medusa", "hydra", "eagle3", "eagle"):
         raise SpecbenchError(f"{recipe_path} is a {method} checkpoint; only medusa, hydra, eagle3 and eagle have a "
                              f"published layout")
