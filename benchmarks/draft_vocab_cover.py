@@ -18,20 +18,20 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 
+from specbench.drafters.eagle3 import draft_token_ids
 from specbench.results import Answer, load_run
 
 BASELINE = "vanilla"
 
 
 def draft_vocabulary(stem: Path) -> set[int]:
-    """The token ids an eagle3 checkpoint drafts: d2t maps draft index i to token i + d2t[i] (what
-    `Eagle3Module.token_ids` gives a loaded module; read here from the file, without building one)."""
+    """The token ids an eagle3 checkpoint drafts (what `Eagle3Module.token_ids` gives a loaded module; read here
+    from the file's d2t, without building one)."""
     with safe_open(f"{stem}.safetensors", "pt") as weights:
         offsets = weights.get_tensor("d2t")  # [V']
-    return set((torch.arange(offsets.numel()) + offsets).tolist())
+    return set(draft_token_ids(offsets).tolist())
 
 
 def capped_tau_loss(answers: list[Answer], vocabulary: set[int]) -> tuple[float, float]:

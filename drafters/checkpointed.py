@@ -17,6 +17,7 @@ from specbench.drafters.published import load_published, published_method
 from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.hub import local_or_hub
 from specbench.linear import kernel_of, use_kernel
+from specbench.model_source import file_sha256
 
 CHECKPOINTS = Path(__file__).resolve().parent / "checkpoints"
 
@@ -101,7 +102,7 @@ class CheckpointDrafter(Drafter):
                 [DraftVocab.of_projection(projection, ranking, vocab_size) for projection in own]
             self.recipe, self._loaded_for = recipe, key
             self.compiled_parts = None  # new weights: the compiled regime compiles them again (`compile_parts`)
-            self._weights_sha256 = hashlib.sha256(weights.read_bytes()).hexdigest()
+            self._weights_sha256 = file_sha256(weights)
             self.loaded(recipe)
         self._followed = 0
         self.vocab.forget_context()

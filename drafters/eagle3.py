@@ -150,8 +150,8 @@ class Eagle3Module(nn.Module):
         self.t2d[token_ids] = True
 
     def token_ids(self) -> torch.Tensor:
-        """LongTensor[V']: the target id of each draft row (``index + d2t[index]``)."""
-        return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
+        """LongTensor[V']: the target id of each draft row."""
+        return draft_token_ids(self.d2t)
 
     def forward_unrolled(self, aux: torch.Tensor, next_embeddings: torch.Tensor, levels: int) -> list[torch.Tensor]:
         """EAGLE-3's training-time test: the layer unrolled ``levels`` times on its own outputs, for every anchor at
@@ -182,6 +182,11 @@ class Eagle3Module(nn.Module):
                                            torch.stack(chain_values))  # [P, H]
             outs.append(out)
         return outs
+
+
+def draft_token_ids(d2t: torch.Tensor) -> torch.Tensor:
+    """LongTensor[V']: the target id of each draft row, ``index + d2t[index]`` (d2t [V'] holds offsets)."""
+    return torch.arange(d2t.shape[0], device=d2t.device) + d2t
 
 
 def check_vocabulary(module: Eagle3Module, where: str) -> None:

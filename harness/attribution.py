@@ -42,8 +42,9 @@ import torch
 
 from specbench.errors import SpecbenchError
 from specbench.model import TargetModel, load_target
+from specbench.model_source import file_sha256
 from specbench.prompts import PromptBuilder
-from specbench.questions import Question, file_hash, load_questions, resolve_bench
+from specbench.questions import Question, load_questions, resolve_bench
 from specbench.results import (
     ANSWERS,
     BASELINE,
@@ -287,7 +288,7 @@ def manifest_questions(out: Path, manifest: dict) -> list[Question]:
         if not bench:
             raise SpecbenchError(f"{out}: the manifest names no question file; cannot rebuild the prompts")
         path = resolve_bench(bench)
-    if data.get("sha256") and file_hash(path) != data["sha256"]:
+    if data.get("sha256") and file_sha256(path) != data["sha256"]:
         raise SpecbenchError(f"{path} differs from the question file {out} ran on (sha256 {data['sha256'][:12]}...); "
                              f"point SPECBENCH_DATA at the run's data")
     return load_questions(path)

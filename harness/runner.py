@@ -42,10 +42,11 @@ from specbench.harness.loop import Job, TurnResult, generate, generate_batch
 from specbench.harness.options import resume_keys
 from specbench.harness.provenance import git_state, source_digest
 from specbench.model import TargetModel, load_target
+from specbench.model_source import file_sha256
 from specbench.placement import placement_summary
 from specbench.progress import phase
 from specbench.prompts import PromptBuilder
-from specbench.questions import Question, file_hash, load_questions, resolve_bench, select_questions
+from specbench.questions import Question, load_questions, resolve_bench, select_questions
 from specbench.results import (
     ANSWERS,
     BASELINE,
@@ -104,7 +105,7 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                   "fingerprint": target.handle.fingerprint, "in_memory": target.source is None,
                   "architecture": type(target.model).__name__, "linear_kernel": target.linear_kernel,
                   "parameters": sum(p.numel() for p in target.model.parameters())},
-        "data": {"path": str(bench_path), "sha256": file_hash(bench_path), "questions": [q.question_id for q in questions]},
+        "data": {"path": str(bench_path), "sha256": file_sha256(bench_path), "questions": [q.question_id for q in questions]},
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "transformers": transformers.__version__, "platform": platform.platform(),
                         "processor": platform.processor(), "cpu_count": os.cpu_count(),

@@ -3,7 +3,6 @@ small set, packaged), ``mt_bench`` and ``spec_bench`` (``$SPECBENCH_DATA/<name>/
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -93,6 +92,3 @@ def select_questions(questions: list[Question], categories: list[str] | None, li
         kept.append(q)
     return kept
 
-
-def file_hash(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
