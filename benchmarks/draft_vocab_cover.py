@@ -20,7 +20,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from specbench.drafters.eagle3 import draft_token_ids
+from specbench.drafters.eagle3 import token_ids_of_rows
 from specbench.results import Answer, load_run
 
 BASELINE = "vanilla"
@@ -31,7 +31,7 @@ def draft_vocabulary(stem: Path) -> set[int]:
     from the file's d2t, without building one)."""
     with safe_open(f"{stem}.safetensors", "pt") as weights:
         offsets = weights.get_tensor("d2t")  # [V']
-    return set(draft_token_ids(offsets).tolist())
+    return set(token_ids_of_rows(offsets).tolist())
 
 
 def capped_tau_loss(answers: list[Answer], vocabulary: set[int]) -> tuple[float, float]:

@@ -151,7 +151,7 @@ class Eagle3Module(nn.Module):
 
     def token_ids(self) -> torch.Tensor:
         """LongTensor[V']: the target id of each draft row."""
-        return draft_token_ids(self.d2t)
+        return token_ids_of_rows(self.d2t)
 
     def forward_unrolled(self, aux: torch.Tensor, next_embeddings: torch.Tensor, levels: int) -> list[torch.Tensor]:
         """EAGLE-3's training-time test: the layer unrolled ``levels`` times on its own outputs, for every anchor at
@@ -184,7 +184,7 @@ class Eagle3Module(nn.Module):
         return outs
 
 
-def draft_token_ids(d2t: torch.Tensor) -> torch.Tensor:
+def token_ids_of_rows(d2t: torch.Tensor) -> torch.Tensor:
     """LongTensor[V']: the target id of each draft row, ``index + d2t[index]`` (d2t [V'] holds offsets)."""
     return torch.arange(d2t.shape[0], device=d2t.device) + d2t
 
