@@ -280,3 +280,20 @@ def test_methods_map_to_their_configs_and_others_options_are_refused():
             refuse_others_options(method, **options)
     refuse_others_options("ctc", init_from="x", freeze_loaded=False, own_lm_heads=False)  # its own, or unset
     refuse_others_options("eagle", init_from=None, freeze_loaded=False, own_lm_heads=False)
+
+
+def test_the_learning_curve_table_replaces_only_its_block(tmp_path):
+    """`scripts/learning_curve.py --write` rewrites what lies between the curve markers, keeps the rest, and
+    refuses a file without them."""
+    point = {"epoch": 0.5, "tokens_seen": 1234567, "heldout_chain_tau": 1.6789, "heldout_chain": [0.4, 0.2]}
+    lines = learning_curve.table([point], "run.partial.pt")
+    assert lines[-1] == "| 0.5 | 1,234,567 | 1.679 | 0.400 / 0.200 |" and "run.partial.pt" in lines[0]
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- curve -->\nold table\n<!-- /curve -->\nafter\n")
+    learning_curve.write_between_markers(readme, lines)
+    text = readme.read_text()
+    assert "old table" not in text and text.startswith("before\n<!-- curve -->\n(read from")
+    assert text.endswith("| 0.5 | 1,234,567 | 1.679 | 0.400 / 0.200 |\n<!-- /curve -->\nafter\n")
+    (tmp_path / "plain.md").write_text("no markers\n")
+    with pytest.raises(SystemExit, match="no <!-- curve -->"):
+        learning_curve.write_between_markers(tmp_path / "plain.md", lines)
