@@ -63,5 +63,6 @@ def main() -> None:
     else:
         print("\n".join(lines))
 
+
 if __name__ == "__main__":
     main()

@@ -91,4 +91,3 @@ def select_questions(questions: list[Question], categories: list[str] | None, li
         count[q.category] = count.get(q.category, 0) + 1
         kept.append(q)
     return kept
-
