@@ -92,13 +92,16 @@ class TreeLayer(StaticLayer):
         return self.keys, self.values
 
 
-def move_slots(keys: list[torch.Tensor], values: list[torch.Tensor], order: torch.Tensor, past: torch.Tensor) -> None:
+def move_slots(cache: TreeStaticCache, order: torch.Tensor, past: torch.Tensor) -> None:
     """Slots ``past + order`` (LongTensor[B]: the accepted path first) copied to ``past + arange(B)`` in every
-    layer. Fixed shapes per bucket, so the compiled regime runs it as one graph (no host loop over layers)."""
+    layer of ``cache``. Fixed shapes per bucket, so the compiled regime runs it as one graph (no host loop over
+    layers). The cache itself is the argument, not lists of its tensors: a graphed call is keyed by the cache's
+    identity and capacity, not by every layer's address read afresh per commit (`specbench.cuda_graphs`)."""
     source = past + order
     target = past + torch.arange(order.shape[0], device=order.device)
-    for tensor in (*keys, *values):
-        tensor.index_copy_(2, target, tensor.index_select(2, source))
+    for layer in cache.layers:
+        for tensor in (layer.keys, layer.values):
+            tensor.index_copy_(2, target, tensor.index_select(2, source))
 
 
 class TreeStaticCache(StaticCache):
@@ -172,8 +175,7 @@ class TreeStaticCache(StaticCache):
             order = torch.tensor(path + [i for i in range(bucket) if i not in chosen], dtype=torch.long)
             self.input_buffer(bucket)  # allocates the bucket's buffers if no step has yet
             self.orders[bucket].copy_(order)
-            self._mover(bucket)([layer.keys for layer in self.layers], [layer.values for layer in self.layers],
-                                self.orders[bucket], self.length)
+            self._mover(bucket)(self, self.orders[bucket], self.length)
         self.set_length(past + kept)
         self.bucket, self.selection = None, None
 

@@ -173,8 +173,7 @@ def test_every_compiled_function_is_one_graph_without_breaks(drafter_for, monkey
     jobs = [Job(list(prompt), 8, key=i) for i, prompt in enumerate(PROMPTS[:2])]
     assert len(list(generate_batch(target, drafter_for("hydra", target), jobs, 4, 2))) == 2
     cache = target._static
-    layers = ([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
-    explaining(static_cache.move_slots)(*layers, torch.tensor([0, 2, 1, 3]), cache.length)
+    explaining(static_cache.move_slots)(cache, torch.tensor([0, 2, 1, 3]), cache.length)
     names = set(explained)
     assert {"TargetModel._static_step", "TargetModel._batch_step", "move_slots"} <= names
     assert len(names) >= 3 + 4  # and the drafters' parts (medusa's heads, hydra's, ctc's, eagle's)

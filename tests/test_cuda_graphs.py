@@ -3,6 +3,8 @@ replay reruns the function on the captured arguments, as a CUDA graph reads its 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -34,22 +36,32 @@ def test_nested_tensors_elsewhere_get_their_own_graph_not_a_copy():
     assert old[0].item() == 2.0 and len(graphed.entries) == 2
 
 
+def layered(keys: list[torch.Tensor], values: list[torch.Tensor]) -> SimpleNamespace:
+    """What `move_slots` reads of a `TreeStaticCache`: its layers' keys and values, and its capacity."""
+    layers = [SimpleNamespace(keys=k, values=v) for k, v in zip(keys, values)]
+    return SimpleNamespace(layers=layers, capacity=keys[0].shape[2])
+
+
 def test_a_commit_replayed_moves_the_slots_of_each_call():
-    """move_slots (the static cache's commit) graphed: every call's order is honoured, in place, as eager."""
+    """move_slots (the static cache's commit) graphed: every call's order is honoured, in place, as eager; one
+    graph per cache and capacity (a cache grown to a new capacity has new tensors: a new graph)."""
     torch.manual_seed(0)
     keys = [torch.randn(1, 2, 12, 4) for _ in range(2)]
     values = [torch.randn(1, 2, 12, 4) for _ in range(2)]
-    twin_keys, twin_values = [k.clone() for k in keys], [v.clone() for v in values]
+    cache, twin = layered(keys, values), layered([k.clone() for k in keys], [v.clone() for v in values])
     order, length = torch.zeros(4, dtype=torch.long), torch.tensor(3)
     graphed = GraphedFunction(move_slots, "commit", replay_capture)
     for path in ([0, 2, 1, 3], [0, 3, 1, 2], [0, 1, 3, 2]):
         order.copy_(torch.tensor(path))
-        graphed(keys, values, order, length)
-        move_slots(twin_keys, twin_values, torch.tensor(path), length.clone())
+        graphed(cache, order, length)
+        move_slots(twin, torch.tensor(path), length.clone())
         length += 1
-        for got, want in zip(keys + values, twin_keys + twin_values):
-            assert torch.equal(got, want)
+        for got, want in zip(cache.layers, twin.layers):
+            assert torch.equal(got.keys, want.keys) and torch.equal(got.values, want.values)
     assert len(graphed.entries) == 1
+    cache.layers, cache.capacity = layered([torch.zeros(1, 2, 16, 4)], [torch.zeros(1, 2, 16, 4)]).layers, 16
+    graphed(cache, order, length)
+    assert len(graphed.entries) == 2
 
 
 def test_a_failed_capture_leaves_that_key_eager(capsys):
