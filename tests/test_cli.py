@@ -50,7 +50,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "ctc", "--num-slots", "0"], ["--num-slots must be at least 1"]),
         (["train", "eagle", "--noise", "-1"], ["--noise must be 0 (none) or positive"]),
         (["train", "eagle", "--unroll", "0"], ["--unroll must be at least 1"]),
-        (["train", "eagle", "--init-from", "x"], ["--init-from is a medusa, hydra, ctc, ctc-ce and eagle3 option, not eagle's"]),
         (["train", "ctc", "--freeze-loaded"], ["--freeze-loaded is a medusa and hydra option, not ctc's"]),
         (["train", "eagle", "--own-lm-heads"], ["--own-lm-heads is a medusa and hydra option, not eagle's"]),
         (["train", "eagle3", "--ttt-steps", "0"], ["--ttt-steps must be at least 1"]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from specbench.drafters.dynamic_tree import Candidates
 from specbench.drafters.eagle import EagleDrafter, EagleModule
 from specbench.drafters.prefix_attention import PrefixCache
 from specbench.drafters.training.eagle import EagleTrainConfig, chain_accuracy, predict_features, train_eagle
+from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
 
 
@@ -215,6 +217,30 @@ def test_chain_accuracy_counts_a_chain_only_while_every_depth_is_right(llama_tar
             assert all(depth == ([1.0, 0.0, 1.0] if wrong else [1.0] * 3) for depth in right["depth"])
     finally:
         vocab.logits = lm_head
+
+
+def test_training_goes_on_from_a_checkpoint_with_its_ranking_and_curve(llama_target, trained, tmp_path):
+    """``init_from``: at lr 0 the loaded layer is the checkpoint's (the new curve starts at its last point, tokens
+    seen included, and ends there); trained on, it moves; its provenance is recorded; another method's
+    checkpoint or a layer of another width is refused with one line."""
+    config, recipe = trained
+    settings = {"cache": config.cache, "epochs": 1, "samples_per_step": 2, "warmup_steps": 2, "init_from": config.out}
+    still = train_eagle(EagleTrainConfig(out=str(tmp_path / "still"), lr=0.0, **settings), llama_target, progress=False)
+    before, start, end = recipe["metrics"]["curve"][-1], still["metrics"]["curve"][0], still["metrics"]["curve"][-1]
+    assert start["tokens_seen"] == before["tokens_seen"] and start["heldout_chain"] == before["heldout_chain"]
+    assert end["tokens_seen"] == before["tokens_seen"] + before["tokens_seen"] // 3  # one more epoch of three
+    assert end["heldout_chain"] == before["heldout_chain"]  # lr 0: the loaded weights, unchanged
+    assert still["hyperparameters"]["initialised_from"]["checkpoint"] == Path(config.out).name
+    onward = train_eagle(EagleTrainConfig(out=str(tmp_path / "onward"), lr=5e-3, **settings), llama_target,
+                         progress=False)
+    first, second = EagleDrafter(checkpoint=config.out), EagleDrafter(checkpoint=str(tmp_path / "onward"))
+    for drafter in (first, second):
+        drafter.reset(llama_target.handle)
+    assert not torch.equal(first.module.fc.weight, second.module.fc.weight)  # it trained on
+    assert onward["metrics"]["curve"][-1]["tokens_seen"] == end["tokens_seen"]
+    with pytest.raises(SpecbenchError, match="its layer does not match"):
+        train_eagle(EagleTrainConfig(out=str(tmp_path / "wide"), lr=0.0, inner=8, **settings), llama_target,
+                    progress=False)
 
 
 def test_unrolled_training_lowers_the_loss_and_is_recorded(llama_target, trained, tmp_path):

@@ -271,8 +271,7 @@ def test_methods_map_to_their_configs_and_others_options_are_refused():
     with pytest.raises(SpecbenchError, match="^unknown method 'nosuch' for train; choose one of medusa, hydra, ctc, "
                                              "ctc-ce, eagle, eagle3$"):
         config_class("nosuch")
-    refused = [("eagle", {"init_from": "x"}, "--init-from is a medusa, hydra, ctc, ctc-ce and eagle3 option, not eagle's"),
-               ("ctc", {"freeze_loaded": True}, "--freeze-loaded is a medusa and hydra option, not ctc's"),
+    refused = [("ctc", {"freeze_loaded": True}, "--freeze-loaded is a medusa and hydra option, not ctc's"),
                ("eagle", {"own_lm_heads": True}, "--own-lm-heads is a medusa and hydra option, not eagle's"),
                ("medusa", {"noise": 0.5}, "--noise is an eagle option, not medusa's")]
     for method, options, message in refused:

@@ -406,6 +406,23 @@ def curve_points(within: list[dict], history: list[dict]) -> list[dict]:
     return sorted(within + ends, key=lambda point: point["tokens_seen"])
 
 
+def load_warm_start(stem: Path, method: str, target: TargetModel, metric: str) -> tuple[dict, dict, dict]:
+    """(state dict with its token ranking, recipe, provenance) of a trained ``method`` checkpoint that a new run
+    goes on from (``--init-from``): a new schedule runs over its weights, and the learning curve goes on from
+    the tokens it had seen. ``metric``: the held-out figure the provenance keeps."""
+    from specbench.checkpoint import load_checkpoint
+
+    state, recipe = load_checkpoint(stem, target.handle)
+    if recipe.get("method") != method:
+        raise SpecbenchError(f"--init-from {stem}: a {recipe.get('method')} checkpoint, not {method}")
+    curve = recipe.get("metrics", {}).get("curve") or [{"tokens_seen": 0}]
+    provenance = {"checkpoint": stem.name, "hyperparameters": recipe["hyperparameters"],
+                  "training_seconds": recipe.get("training_seconds"), "tokens_seen": curve[-1].get("tokens_seen", 0),
+                  "train_samples": recipe.get("data", {}).get("train_samples"),
+                  metric: recipe.get("metrics", {}).get(metric)}
+    return state, recipe, provenance
+
+
 def write_trained(stem: Path, module: nn.Module, ranking: torch.Tensor, target: TargetModel, config: TrainConfig,
                   manifest: dict, data: dict, metrics: dict, history: list, seconds: float, **hyperparameters) -> dict:
     """Write a trained drafter's checkpoint (weights + the token ranking) and its recipe; returns the recipe.

@@ -38,6 +38,7 @@ from specbench.drafters.training.common import (
     at_least,
     autocast,
     checked_manifest,
+    load_warm_start,
     sample_training_data,
     train_loop,
     write_trained,
@@ -292,21 +293,12 @@ def train_ctc(config: CTCTrainConfig, target: TargetModel, progress: bool = True
 
 def initial_state(stem: Path, config: CTCTrainConfig, target: TargetModel) -> tuple[dict, dict]:
     """The weights (with their token ranking, so the draft vocabulary stays the one they were trained over)
-    and provenance of a trained checkpoint to continue from: same method, T and slot blocks. A new
-    schedule (warm-up, cosine over ``config.epochs``) runs over them: a fine-tune, recorded as one."""
-    from specbench.checkpoint import load_checkpoint
-
-    recipe = ctc_recipe(stem)
-    if recipe["method"] != config.method:
-        raise SpecbenchError(f"--init-from {stem}: a {recipe['method']} checkpoint, not {config.method}")
+    and provenance of a trained checkpoint to continue from (`load_warm_start`): same method, T and slot blocks."""
+    state, recipe, provenance = load_warm_start(stem, config.method, target, "heldout_loss")
     hyper = recipe["hyperparameters"]
     for name in ("num_slots", "slot_blocks"):
         if hyper.get(name, True) != getattr(config, name):
             raise SpecbenchError(f"--init-from {stem}: its {name} is {hyper.get(name)}, not {getattr(config, name)}")
-    state, _ = load_checkpoint(stem, target.handle)
-    provenance = {"checkpoint": stem.name, "hyperparameters": hyper, "training_seconds": recipe.get("training_seconds"),
-                  "train_samples": recipe.get("data", {}).get("train_samples"),
-                  "heldout_loss": recipe.get("metrics", {}).get("heldout_loss")}
     return state, provenance
 
 

@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specbench.drafters.draft_vocab import DraftVocab
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
 from specbench.drafters.eagle import EagleModule
 from specbench.drafters.training.common import (
     CurveBatches,
     SampleTrainConfig,
     at_least,
     autocast,
+    load_warm_start,
     sample_training_data,
     train_loop,
     write_trained,
@@ -49,6 +50,7 @@ class EagleTrainConfig(SampleTrainConfig):
     noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (EAGLE's paper: 0.1)
     inner: int | None = None  # the layer's MLP width (default 2H)
     unroll: int = 1  # chain levels trained per anchor (> 1: EAGLE-3's training-time test, own features fed back)
+    init_from: str | None = None  # a trained eagle checkpoint (stem) to go on from: its weights and token ranking
 
     def validate(self) -> None:
         if self.method != "eagle":
@@ -162,9 +164,19 @@ def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = 
     split, write the checkpoint, its recipe and the learning curve (``metrics.curve`` and ``<out>.curve.json``:
     the held-out chain accuracy before training, at each checkpoint and each epoch's end, by tokens seen)."""
     config.validate()
-    manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(config, target)
+    loaded, provenance = ({}, None)
+    if config.init_from:
+        loaded, _, provenance = load_warm_start(Path(config.init_from), "eagle", target, "heldout_chain_tau")
+    manifest, ranking, vocab, eval_vocab, train, heldout = sample_training_data(
+        config, target, loaded.pop(RANKING_KEY, None))  # a warm start keeps its ranking, so its train vocabulary
     heads = target.config.num_attention_heads
     module = EagleModule(target.config.hidden_size, heads, config.inner).to(target.device)
+    if loaded:
+        try:
+            module.load_state_dict(loaded)
+        except RuntimeError as error:
+            raise SpecbenchError(f"--init-from {config.init_from}: its layer does not match this one "
+                                 f"({str(error).splitlines()[-1].strip()})") from None
 
     def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
         out = losses(module, target, sample, vocab, config.noise, generator, config.unroll)
@@ -173,14 +185,16 @@ def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = 
     def measure() -> dict:
         return chain_accuracy(module, target, heldout, eval_vocab)
 
-    start_point = {"epoch": 0, "tokens_seen": 0} | measure()
-    data = CurveBatches(train, config.samples_per_step, config.seed, sample_loss, measure)
+    tokens_before = provenance["tokens_seen"] if provenance else 0
+    start_point = {"epoch": 0, "tokens_seen": tokens_before} | measure()
+    data = CurveBatches(train, config.samples_per_step, config.seed, sample_loss, measure, tokens_before)
     history, seconds = train_loop(module, data, target, config, progress)
     with autocast(target.device, config.dtype):
         metrics = evaluate(module, target, heldout, eval_vocab) | chain_accuracy(module, target, heldout, eval_vocab)
     metrics["heldout_vocab"] = eval_vocab.size
     metrics["curve"] = data.write_curve(Path(config.out), start_point, history, len(heldout),
                                         "held-out greedy chain accuracy along the target's own responses (chain_accuracy)")
+    extra = {"initialised_from": provenance} if provenance else {}
     return write_trained(Path(config.out), module, ranking, target, config, manifest,
                          {"train_samples": len(train), "heldout_samples": len(heldout)}, metrics, history, seconds,
-                         num_heads=heads)
+                         num_heads=heads, **extra)

@@ -44,6 +44,7 @@ from specbench.drafters.training.common import (
     at_least,
     autocast,
     checked_manifest,
+    load_warm_start,
     sample_training_data,
     train_loop,
     write_trained,
@@ -80,22 +81,13 @@ class Eagle3TrainConfig(SampleTrainConfig):
 
 
 def initial_state(stem: Path, layer_ids: list[int], target: TargetModel) -> tuple[dict, dict]:
-    """(state dict, provenance) of a trained eagle3 checkpoint to go on training: its weights, token ranking and
-    draft vocabulary (d2t/t2d), which must read the cache's layers. A new schedule (warm-up, cosine over the
-    epochs) runs over them; the learning curve goes on from the tokens it had seen."""
-    from specbench.checkpoint import load_checkpoint
-
-    state, recipe = load_checkpoint(stem, target.handle)
-    if recipe.get("method") != "eagle3":
-        raise SpecbenchError(f"--init-from {stem}: a {recipe.get('method')} checkpoint, not eagle3")
+    """(state dict, provenance) of a trained eagle3 checkpoint to go on training (`load_warm_start`): its weights,
+    token ranking and draft vocabulary (d2t/t2d), which must read the cache's layers."""
+    state, recipe, provenance = load_warm_start(stem, "eagle3", target, "heldout_chain_tau")
     if recipe["hyperparameters"].get("layer_ids") != layer_ids:
         raise SpecbenchError(f"--init-from {stem}: it reads layers {recipe['hyperparameters'].get('layer_ids')}, "
                              f"the cache holds {layer_ids}")
-    curve = recipe.get("metrics", {}).get("curve") or [{"tokens_seen": 0}]
-    return state, {"checkpoint": stem.name, "hyperparameters": recipe["hyperparameters"],
-                   "training_seconds": recipe.get("training_seconds"), "tokens_seen": curve[-1]["tokens_seen"],
-                   "train_samples": recipe.get("data", {}).get("train_samples"),
-                   "heldout_chain_tau": recipe.get("metrics", {}).get("heldout_chain_tau")}
+    return state, provenance
 
 
 def draft_token_ids(cache: Path, ranking: torch.Tensor, size: int) -> torch.Tensor:
