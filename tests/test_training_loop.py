@@ -296,3 +296,13 @@ def test_the_learning_curve_table_replaces_only_its_block(tmp_path):
     (tmp_path / "plain.md").write_text("no markers\n")
     with pytest.raises(SystemExit, match="no <!-- curve -->"):
         learning_curve.write_between_markers(tmp_path / "plain.md", lines)
+
+
+@pytest.mark.parametrize("method", ["medusa", "hydra", "ctc", "ctc-ce", "eagle", "eagle3"])
+def test_the_command_line_hands_init_from_to_every_method(method):
+    """`--init-from` reaches each method's config (eagle's was once parsed and dropped: its run started afresh)."""
+    from specbench.harness.cli import build_parser
+    from specbench.harness.cli.train import _train_config
+
+    args = build_parser().parse_args(["train", method, "--init-from", "STEM"])
+    assert _train_config(args, cache="c", out="o").init_from == "STEM"

@@ -54,6 +54,7 @@ class TrainConfig:
     dtype: str = "float32"  # "bfloat16": autocast forward (CUDA), float32 master weights
     train_vocab: int = 0  # > 0: score only the N most frequent tokens in training
     checkpoint_steps: int = 500  # also checkpoint every N optimiser steps within an epoch (<out>.partial.pt); 0: never
+    init_from: str | None = None  # a trained checkpoint (stem) of the same method to go on from (`load_warm_start`)
 
     def validate(self) -> None:
         """Refuse settings training cannot use, with a one-line `SpecbenchError` naming the flag."""

@@ -64,7 +64,6 @@ class CTCTrainConfig(SampleTrainConfig):
     # one forward per step over the step's samples packed end to end (same losses and gradients). None:
     # on an accelerator only; on a CPU the packed attention's larger masked matrix made a step 1.8x slower
     packed: bool | None = None
-    init_from: str | None = None  # a trained checkpoint of this method (same T and slot blocks) to continue training
     # transform settings of the offline acceptance estimate (the drafter's defaults; beam None: per budget)
     top_k: int = DEFAULT_TOP_K
     beam: int | None = None

@@ -50,7 +50,6 @@ class EagleTrainConfig(SampleTrainConfig):
     noise: float = 0.1  # uniform noise U(-noise, noise) on the input features (EAGLE's paper: 0.1)
     inner: int | None = None  # the layer's MLP width (default 2H)
     unroll: int = 1  # chain levels trained per anchor (> 1: EAGLE-3's training-time test, own features fed back)
-    init_from: str | None = None  # a trained eagle checkpoint (stem) to go on from: its weights and token ranking
 
     def validate(self) -> None:
         if self.method != "eagle":

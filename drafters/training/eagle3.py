@@ -67,7 +67,6 @@ class Eagle3TrainConfig(SampleTrainConfig):
     step_decay: float = STEP_DECAY  # step j's loss weight is step_decay^(j-1)
     draft_vocab: int = DRAFT_VOCAB  # tokens the draft's own head scores (capped at the target's vocabulary)
     eval_depth: int = 5  # depth of the held-out chain acceptance (the learning curve)
-    init_from: str | None = None  # a trained eagle3 checkpoint (stem) to go on from: its weights and draft vocabulary
 
     def validate(self) -> None:
         if self.method != "eagle3":

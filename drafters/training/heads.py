@@ -61,7 +61,6 @@ class HeadTrainConfig(TrainConfig):
     loss: str = "greedy"  # "greedy": CE on the target's tokens; "teacher": CE on the target's distributions (Hydra++),
     # over the train vocabulary when there is one (renormalised there)
     prefix_heads: int = 0  # hydra: > 0 adds Hydra++'s prefix attention layer with that many attention heads
-    init_from: str | None = None  # a trained checkpoint of this method whose heads (and prefix layer) start this one
     freeze_loaded: bool = False  # with init_from: train only the heads the checkpoint lacks (extend a drafter)
     own_lm_heads: bool = False  # each head its own output projection over the train vocabulary, initialised
     # from the target's lm_head rows (Medusa-1's and Hydra's released layout), instead of the shared frozen one

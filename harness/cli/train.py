@@ -80,8 +80,9 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", default=None,
                        help="start from this trained checkpoint (stem) of the same method. medusa, hydra: its heads "
                             "and prefix layer are loaded, heads beyond its count start fresh; ctc, ctc-ce: the whole "
-                            "module (same --num-slots), trained on with a new schedule; eagle3: the whole module with its "
-                            "draft vocabulary (a cache of the same layers), trained on with a new schedule")
+                            "module (same --num-slots), trained on with a new schedule; eagle: the whole layer with its token "
+                            "ranking; eagle3: the whole module with its draft vocabulary (a cache of the same layers); "
+                            "eagle, eagle3: trained on with a new schedule, the learning curve going on from its tokens")
     parser.add_argument("--freeze-loaded", action="store_true",
                        help="medusa, hydra, with --init-from: train only the new heads (extend a drafter deeper)")
     parser.add_argument("--own-lm-heads", action="store_true",
@@ -351,20 +352,19 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
 
     cls = config_class(args.method)
     shared = {"method": args.method, "cache": cache, "out": out, "lr": args.lr, "seed": args.seed, "dtype": args.dtype,
-              "train_vocab": args.train_vocab,
+              "train_vocab": args.train_vocab, "init_from": args.init_from,
               "checkpoint_steps": args.checkpoint_steps} | ({"epochs": args.epochs} if args.epochs is not None else {})
     if cls is HeadTrainConfig:
         return cls(**shared, num_heads=args.num_heads, num_layers=args.num_layers, batch_size=args.batch_size,
                    max_train_positions=args.max_train_positions, loss=args.loss, prefix_heads=args.prefix_heads,
-                   init_from=args.init_from, freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
+                   freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
     samples = {"samples_per_step": args.samples_per_step, "max_train_samples": args.max_train_samples}
     if cls is CTCTrainConfig:
         return cls(**shared, **samples, num_slots=args.num_slots, num_labels=args.num_labels,
-                   slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None,
-                   init_from=args.init_from)
+                   slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None)
     if cls is Eagle3TrainConfig:
         own = {name: getattr(args, name) for name in ("ttt_steps", "draft_vocab") if getattr(args, name) is not None}
-        return cls(**shared, **samples, **own, init_from=args.init_from)
+        return cls(**shared, **samples, **own)
     own = {name: getattr(args, name) for name in ("noise", "unroll") if getattr(args, name) is not None}
     return cls(**shared, **samples, **own)
 
