@@ -32,6 +32,7 @@ from specbench.drafters.training.common import (
     autocast,
     checked_manifest,
     freeze,
+    load_warm_start,
     train_loop,
     training_vocabularies,
     write_trained,
@@ -313,7 +314,7 @@ def train_heads(config: HeadTrainConfig, target: TargetModel, progress: bool = T
     manifest = checked_manifest(Path(config.cache), target)
     torch.manual_seed(config.seed)
     freeze(target)
-    loaded = load_warm_start(Path(config.init_from), config, target) if config.init_from else None
+    loaded = checked_warm_start(Path(config.init_from), config, target) if config.init_from else None
     ranking, vocab, eval_vocab = training_vocabularies(Path(config.cache), target, config.train_vocab,
                                                        loaded.ranking if loaded else None)
     options = {"prefix_heads": config.prefix_heads} if config.prefix_heads else {}
@@ -366,15 +367,13 @@ class LoadedCheckpoint:
     ranking: torch.Tensor | None
 
 
-def load_warm_start(stem: Path, config: HeadTrainConfig, target: TargetModel) -> LoadedCheckpoint:
-    """Read and check the ``--init-from`` checkpoint: the same method, layers and prefix layer."""
-    from specbench.checkpoint import load_checkpoint
+def checked_warm_start(stem: Path, config: HeadTrainConfig, target: TargetModel) -> LoadedCheckpoint:
+    """Read the ``--init-from`` checkpoint (`load_warm_start`: the same method) and check its layers and
+    prefix layer."""
     from specbench.drafters.draft_vocab import RANKING_KEY
 
-    state, recipe = load_checkpoint(stem, target.handle)
+    state, recipe, _ = load_warm_start(stem, config.method, target, "heldout_top1")
     ranking = state.pop(RANKING_KEY, None)
-    if recipe.get("method") != config.method:
-        raise SpecbenchError(f"--init-from {stem}: a {recipe.get('method')} checkpoint, not {config.method}")
     for name, default in (("num_layers", 1), ("prefix_heads", 0)):
         theirs = recipe["hyperparameters"].get(name, default)
         if theirs != getattr(config, name):
