@@ -269,6 +269,19 @@ def layer_config(hyper: dict, target: TargetHandle) -> dict:
     return config
 
 
+def speculators_header(algorithm: str, architectures: list[str], target: TargetHandle, base_model: str,
+                        speculative_tokens: int) -> dict:
+    """The fields every speculators config.json opens with (`check_speculators_config` reads them back):
+    the model type, the version, and the ``speculators_config`` block (greedy proposal, the verifier)."""
+    return {"architectures": architectures, "speculators_model_type": algorithm, "speculators_version": "specbench",
+            "speculators_config": {
+                "algorithm": algorithm,
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": base_model, "architectures": verifier_architectures(target)}}}
+
+
 def write_eagle3(module, hyper: dict, target: TargetHandle, out: Path, layout: str, base_model: str,
                  speculative_tokens: int = 3) -> list[Path]:
     """Write an `Eagle3Module` (with its hyper-parameters) to directory ``out`` as ``layout`` "speculators"
@@ -279,21 +292,13 @@ def write_eagle3(module, hyper: dict, target: TargetHandle, out: Path, layout: s
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     layer = layer_config(hyper, target)
-    architectures = verifier_architectures(target)
     if layout == "speculators":
         tensors = {EAGLE3_KEYS[k]: v for k, v in state.items()}
-        config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-                  "speculators_version": "specbench",
-                  "speculators_config": {
-                      "algorithm": "eagle3",
-                      "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                            "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                      "default_proposal_method": "greedy",
-                      "verifier": {"name_or_path": base_model, "architectures": architectures}},
-                  "transformer_layer_config": layer, "draft_vocab_size": hyper["draft_vocab"],
-                  "norm_before_residual": bool(hyper.get("norm_before_residual", False)),
-                  "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(hyper["layer_ids"]),
-                  "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False}
+        config = speculators_header("eagle3", ["Eagle3Speculator"], target, base_model, speculative_tokens) | {
+            "transformer_layer_config": layer, "draft_vocab_size": hyper["draft_vocab"],
+            "norm_before_residual": bool(hyper.get("norm_before_residual", False)),
+            "target_hidden_size": None, "eagle_aux_hidden_state_layer_ids": list(hyper["layer_ids"]),
+            "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False}
         weights = out / "model.safetensors"
         save_file(tensors, str(weights), metadata={"format": "pt"})
     elif layout == "authors":

@@ -48,7 +48,7 @@ from specbench.drafters.speculators import (
     check_verifier,
     layer_config,
     read_json,
-    verifier_architectures,
+    speculators_header,
 )
 from specbench.errors import SpecbenchError
 
@@ -190,16 +190,10 @@ def write_eagle(module: torch.nn.Module, target: TargetHandle, out: Path, base_m
     shape = {"inner": layer.gate_proj.weight.shape[0], "num_heads": layer.num_heads, "num_kv_heads": layer.num_kv_heads,
              "head_dim": layer.head_dim, "eps": eps, "rope_base": layer.rope_base}
     fc_bias = module.fc.bias is not None
-    config = {"architectures": ["EagleSpeculator", "LlamaDecoderLayer"], "speculators_model_type": "eagle",
-              "speculators_version": "specbench",
-              "speculators_config": {
-                  "algorithm": "eagle",
-                  "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                        "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                  "default_proposal_method": "greedy",
-                  "verifier": {"name_or_path": base_model, "architectures": verifier_architectures(target)}},
-              "transformer_layer_architecture": "LlamaDecoderLayer",
-              "transformer_layer_config": layer_config(shape, target), "layernorms": False, "fusion_bias": fc_bias}
+    config = speculators_header("eagle", ["EagleSpeculator", "LlamaDecoderLayer"], target, base_model,
+                                speculative_tokens) | {
+        "transformer_layer_architecture": "LlamaDecoderLayer",
+        "transformer_layer_config": layer_config(shape, target), "layernorms": False, "fusion_bias": fc_bias}
     state = {k: v.detach().to("cpu").contiguous().clone() for k, v in module.state_dict().items()}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -163,6 +163,51 @@ def plain_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos_ids) -> 
 
 
 @torch.inference_mode()
+def recorded(drafter, target: TargetModel, prompt, budget: int, n: int = 20) -> tuple[list[int], list[tuple]]:
+    """(ids, the trees proposed as (tokens, parents)) of one generation through the loop."""
+    from specbench.harness.loop import generate
+
+    trees, propose = [], drafter.propose
+
+    def spy(ctx):
+        tree = propose(ctx)
+        trees.append((tree.tokens.tolist(), tree.parents.tolist()))
+        return tree
+
+    drafter.propose = spy
+    try:
+        return generate(target, drafter, prompt, n, budget).output_ids, trees
+    finally:
+        del drafter.propose
+
+
+def assert_imported_eagle_layer(drafter, target: TargetModel, fc, reference) -> None:
+    """An eagle drafter read from published weights computes the reference Llama layer on
+    ``fc([E(x_{t+1}); f_t])`` (embedding first), drafts the target head's top-k first, and stays exact."""
+    import contextlib
+
+    from specbench.drafter import DraftContext
+    from specbench.harness.loop import generate
+
+    hidden = torch.randn(7, target.config.hidden_size, generator=torch.Generator().manual_seed(6))  # [7, H]
+    tokens = torch.tensor([4, 9, 8, 7, 6, 5, 3, 11])
+    embed = target.handle.embed_tokens
+    with torch.no_grad():
+        fused = fc(torch.cat([embed(tokens[1:]), hidden], dim=-1))  # [7, H]
+        expected = reference(inputs_embeds=fused[None]).last_hidden_state[0]  # [7, H]
+        torch.testing.assert_close(drafter.module.forward_sequence(hidden, embed(tokens[1:])), expected,
+                                   rtol=1e-4, atol=1e-5)
+        first = target.lm_head(expected[-1]).topk(3).indices.tolist()
+    tree = drafter.propose(DraftContext(tokens=tokens, root=11, hidden=hidden, target=target.handle, budget=4,
+                                        span=lambda name: contextlib.nullcontext()))
+    children = [t for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()) if p == 0]
+    assert children and children == first[: len(children)]
+    for prompt in PROMPTS:
+        for budget in (2, 10):
+            assert generate(target, drafter, prompt, 16, budget).output_ids == \
+                plain_greedy(target.model, prompt, 16, target.eos_ids)
+
+
 def sequential_logits(model, token_ids: list[int]) -> torch.Tensor:
     """Logits Tensor[len, V] of ``token_ids`` fed one token at a time through a fresh default cache."""
     cache = DynamicCache(config=model.config)

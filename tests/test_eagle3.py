@@ -22,29 +22,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import PROMPTS, plain_greedy
+from conftest import PROMPTS, plain_greedy, recorded
 from specbench.drafters.eagle3 import Eagle3Drafter, untrained_checkpoint
 from specbench.drafters.speculators import write_eagle3
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def recorded(drafter, target, prompt, budget, n=20):
-    """(ids, the trees proposed) of one generation."""
-    trees, propose = [], drafter.propose
-
-    def spy(ctx):
-        tree = propose(ctx)
-        trees.append((tree.tokens.tolist(), tree.parents.tolist()))
-        return tree
-
-    drafter.propose = spy
-    try:
-        return generate(target, drafter, prompt, n, budget).output_ids, trees
-    finally:
-        del drafter.propose
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.nn.functional import linear, silu
 
-from conftest import distil_random_prompts, plain_greedy
+from conftest import assert_imported_eagle_layer, distil_random_prompts, plain_greedy
 from specbench.drafter import DraftContext
 from specbench.drafters.hydra import HydraDrafter
 from specbench.drafters.medusa import MedusaDrafter
@@ -363,22 +363,7 @@ def test_published_eagle_weights_predict_what_the_llama_layer_gives(llama_target
     drafter = EagleDrafter(checkpoint=str(tmp_path / "eagle"), top_k=3, depth=2)
     drafter.reset(llama_target.handle)
     assert drafter.recipe["imported"]["layout"] == "eagle-1/2" and drafter.module.layer.num_kv_heads == 2
-    hidden = torch.randn(7, llama_target.config.hidden_size, generator=torch.Generator().manual_seed(6))
-    tokens = torch.tensor([4, 9, 8, 7, 6, 5, 3, 11])
-    embed = llama_target.handle.embed_tokens
-    with torch.no_grad():
-        fused = fc(torch.cat([embed(tokens[1:]), hidden], dim=-1))  # [E(x_{t+1}); f_t], embedding first
-        expected = reference(inputs_embeds=fused[None]).last_hidden_state[0]  # [7, H]
-        torch.testing.assert_close(drafter.module.forward_sequence(hidden, embed(tokens[1:])), expected, rtol=1e-4, atol=1e-5)
-        first = llama_target.lm_head(expected[-1]).topk(3).indices.tolist()
-    tree = drafter.propose(DraftContext(tokens=tokens, root=11, hidden=hidden, target=llama_target.handle, budget=4,
-                                        span=lambda name: contextlib.nullcontext()))
-    children = [t for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()) if p == 0]
-    assert children == first[: len(children)]
-    for prompt in PROMPTS:
-        for budget in (2, 10):
-            result = generate(llama_target, drafter, prompt, 16, budget)
-            assert result.output_ids == plain_greedy(llama_target.model, prompt, 16, llama_target.eos_ids)
+    assert_imported_eagle_layer(drafter, llama_target, fc, reference)
 
 
 def test_eagle_weights_for_another_model_or_eagle_3_are_refused(llama_target, tmp_path):

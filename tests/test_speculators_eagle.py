@@ -14,38 +14,19 @@ and lm_head the verifier's, not saved; src/speculators/convert/eagle/eagle_conve
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import PROMPTS, plain_greedy
+from conftest import PROMPTS, assert_imported_eagle_layer, plain_greedy, recorded
 from specbench.checkpoint import save_checkpoint, target_identity
-from specbench.drafter import DraftContext
 from specbench.drafters.eagle import EagleDrafter, EagleModule
 from specbench.drafters.speculators_eagle import rope_note, write_eagle
 from specbench.errors import SpecbenchError
-from specbench.harness.loop import generate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def recorded(drafter, target, prompt, budget, n=20):
-    """(ids, the trees proposed) of one generation."""
-    trees, propose = [], drafter.propose
-
-    def spy(ctx):
-        tree = propose(ctx)
-        trees.append((tree.tokens.tolist(), tree.parents.tolist()))
-        return tree
-
-    drafter.propose = spy
-    try:
-        return generate(target, drafter, prompt, n, budget).output_ids, trees
-    finally:
-        del drafter.propose
 
 
 def eagle_checkpoint(stem, handle, seed=4, ranking=None):
@@ -151,22 +132,7 @@ def test_published_names_compute_the_llama_layer_and_stay_exact(llama_target, tm
     layer = drafter.module.layer
     assert (layer.num_kv_heads, layer.gate_proj.weight.shape[0], layer.mlp_norm.eps) == (2, 48, 1e-5)
     assert (drafter.module.fc.bias is not None) == fusion_bias
-    hidden = torch.randn(7, 32, generator=torch.Generator().manual_seed(6))
-    tokens = torch.tensor([4, 9, 8, 7, 6, 5, 3, 11])
-    embed = llama_target.handle.embed_tokens
-    with torch.no_grad():
-        fused = fc(torch.cat([embed(tokens[1:]), hidden], dim=-1))  # fusion_fc([E(x_{t+1}); f_t])
-        expected = reference(inputs_embeds=fused[None]).last_hidden_state[0]  # [7, H]
-        torch.testing.assert_close(drafter.module.forward_sequence(hidden, embed(tokens[1:])), expected, rtol=1e-4, atol=1e-5)
-        first = llama_target.lm_head(expected[-1]).topk(3).indices.tolist()
-    tree = drafter.propose(DraftContext(tokens=tokens, root=11, hidden=hidden, target=llama_target.handle, budget=4,
-                                        span=lambda name: contextlib.nullcontext()))
-    children = [t for t, p in zip(tree.tokens.tolist(), tree.parents.tolist()) if p == 0]
-    assert children and children == first[: len(children)]
-    for prompt in PROMPTS:
-        for budget in (2, 10):
-            assert generate(llama_target, drafter, prompt, 16, budget).output_ids == \
-                plain_greedy(llama_target.model, prompt, 16, llama_target.eos_ids)
+    assert_imported_eagle_layer(drafter, llama_target, fc, reference)
 
 
 def refusal(drafter, target) -> str:

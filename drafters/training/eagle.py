@@ -30,6 +30,7 @@ from specbench.drafters.training.common import (
     SampleTrainConfig,
     at_least,
     autocast,
+    chain_scores,
     load_warm_start,
     sample_training_data,
     train_loop,
@@ -129,33 +130,18 @@ def evaluate(module: EagleModule, target: TargetModel, samples: list[Sample], vo
 @torch.no_grad()
 def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sample], vocab: DraftVocab,
                    levels: int = 5) -> dict:
-    """Held-out accuracy of the draft chain by depth, as the dynamic tree meets it on the true path.
+    """Held-out acceptance of the greedy draft chain by depth (`chain_scores`), as the dynamic tree meets it on
+    the true path: at depth d the draft reads its own predicted features and the true tokens (`forward_unrolled`)."""
 
-    At depth d the draft reads its own predicted features and the true tokens (`forward_unrolled`); its
-    top-1 is scored against x_{t+d+1}. ``heldout_depth_top1[d-1]``: right at depth d; ``heldout_chain[d-1]``:
-    right at every depth <= d, i.e. the chance a greedy chain of d drafts is wholly accepted, so
-    ``heldout_chain_tau`` = 1 + sum(chain) is the greedy chain's expected tokens per step (budget levels + 1).
-    Anchors are response positions where every depth has a label, the same set at each depth."""
+    def drafted(sample: Sample, start: int, end: int) -> list[torch.Tensor]:
+        outs = predict_features(module, target, sample, levels=levels)  # levels x [L-levels, H]
+        return [vocab.token_ids(vocab.logits(out[start:end]).argmax(dim=-1)) for out in outs]  # levels x [R]
+
     was_training = module.training
     module.eval()
-    right_at, chain_at, anchors = torch.zeros(levels), torch.zeros(levels), 0
-    for sample in samples:
-        start, end = sample.prompt_len - 1, len(sample.input_ids) - levels - 1  # labels x_{t+levels+1} exist
-        if end <= start:
-            continue
-        outs = predict_features(module, target, sample, levels=levels)  # levels x [L-levels, H]
-        right = torch.stack([
-            vocab.token_ids(vocab.logits(out[start:end]).argmax(dim=-1)).cpu()
-            == sample.input_ids[start + depth + 1 : end + depth + 1]
-            for depth, out in enumerate(outs, start=1)])  # [levels, R]
-        right_at += right.sum(dim=1)
-        chain_at += right.int().cumprod(dim=0).sum(dim=1)
-        anchors += right.shape[1]
+    scores = chain_scores(samples, levels, drafted)
     module.train(was_training)
-    chain = (chain_at / max(1, anchors)).tolist()
-    return {"heldout_depth_top1": [round(x, 4) for x in (right_at / max(1, anchors)).tolist()],
-            "heldout_chain": [round(x, 4) for x in chain], "heldout_chain_tau": round(1 + sum(chain), 4),
-            "heldout_chain_anchors": anchors}
+    return scores
 
 
 def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:

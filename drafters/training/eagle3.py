@@ -43,6 +43,7 @@ from specbench.drafters.training.common import (
     SampleTrainConfig,
     at_least,
     autocast,
+    chain_scores,
     checked_manifest,
     load_warm_start,
     sample_training_data,
@@ -150,30 +151,19 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
 
 @torch.no_grad()
 def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterable[Sample], levels: int) -> dict:
-    """Held-out acceptance of the greedy draft chain along the responses, by depth (see the module docstring):
-    ``heldout_depth_top1[d-1]`` right at depth d, ``heldout_chain[d-1]`` right at every depth <= d, and
-    ``heldout_chain_tau`` = 1 + sum(chain). Anchors: response positions with labels at every depth."""
+    """Held-out acceptance of the greedy draft chain by depth (`chain_scores`): the draft unrolled on its own
+    features as in training-time test (see the module docstring)."""
+    ids = module.token_ids()
+
+    def drafted(sample: Sample, start: int, end: int) -> list[torch.Tensor]:
+        outs = unrolled_outputs(module, target, sample, levels)  # levels x [L', H]
+        return [ids[module.lm_head(module.norm(h[start:end])).argmax(dim=-1)] for h in outs]  # levels x [R]
+
     was_training = module.training
     module.eval()
-    right_at, chain_at, anchors = torch.zeros(levels), torch.zeros(levels), 0
-    ids = module.token_ids()
-    for sample in samples:
-        start, end = sample.prompt_len - 1, len(sample.input_ids) - levels - 1  # labels x_{t+levels+1} exist
-        if end <= start:
-            continue
-        outs = unrolled_outputs(module, target, sample, levels)
-        right = torch.stack([
-            ids[module.lm_head(module.norm(h[start:end])).argmax(dim=-1)].cpu()
-            == sample.input_ids[start + depth + 1 : end + depth + 1]
-            for depth, h in enumerate(outs, start=1)])  # [levels, R]
-        right_at += right.sum(dim=1)
-        chain_at += right.int().cumprod(dim=0).sum(dim=1)
-        anchors += right.shape[1]
+    scores = chain_scores(samples, levels, drafted)
     module.train(was_training)
-    chain = (chain_at / max(1, anchors)).tolist()
-    return {"heldout_depth_top1": [round(x, 4) for x in (right_at / max(1, anchors)).tolist()],
-            "heldout_chain": [round(x, 4) for x in chain], "heldout_chain_tau": round(1 + sum(chain), 4),
-            "heldout_chain_anchors": anchors}
+    return scores
 
 
 def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool = True) -> dict:
