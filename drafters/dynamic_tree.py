@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import torch
 
-from specbench.tree import DraftTree
+from specbench.tree import DraftTree, path_from_root
 
 
 class Candidates:
@@ -57,11 +57,7 @@ class Candidates:
 
     def ancestors(self, index: int) -> list[int]:
         """The candidate's path from the root's child down to itself."""
-        path = []
-        while index >= 0:
-            path.append(index)
-            index = self.parents[index]
-        return path[::-1]
+        return path_from_root(self.parents, index)
 
     def tree(self, root: int, budget: int) -> DraftTree:
         """The DraftTree of the ``budget - 1`` best candidates (root included in the budget)."""

@@ -15,6 +15,16 @@ import torch
 from specbench.errors import SpecbenchError
 
 
+def path_from_root(parents: Sequence[int], node: int) -> list[int]:
+    """Node indices from the top of a parent-pointer forest (a node whose parent is negative) down to ``node``,
+    inclusive: a tree's root path, or a candidate list's ancestry (``drafters.dynamic_tree``)."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
 @dataclass
 class DraftTree:
     """A tree of draft tokens rooted at the target's last choice.
@@ -122,11 +132,7 @@ class DraftTree:
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root to ``node``, inclusive."""
-        path = []
-        while node >= 0:
-            path.append(node)
-            node = self.parents_list[node]
-        return path[::-1]
+        return path_from_root(self.parents_list, node)
 
     def validate(self, root: int, budget: int) -> None:
         """Raise `SpecbenchError` naming the first broken rule of the tree contract."""

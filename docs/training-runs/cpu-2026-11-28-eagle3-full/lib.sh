@@ -1,0 +1,27 @@
+# Sourced by this run's scripts: the work area, the environment, and the one train and replay command each uses.
+# WORK (default /work/e3) holds the auxiliary cache (cache3k) and the checkpoints; SPECBENCH_DATA the question files.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+work=${WORK:-/work/e3}
+export SPECBENCH_NO_PROGRESS=1 SPECBENCH_DATA=${SPECBENCH_DATA:-/work/shared/data}
+
+after() {  # wait while a process matching $1 (the run before this one) is alive
+    while pgrep -f "$1" > /dev/null; do sleep 20; done
+}
+
+train() {  # train METHOD OUT_STEM [specbench train options...]: on every cached prompt unless limited
+    local method=$1 out=$2
+    shift 2
+    echo "$(date +%T) train $method -> $out"
+    /usr/bin/time -f "train %e s" .venv/bin/specbench train "$method" --model default --cache "$work/cache3k" \
+        --threads 2 --no-progress --out-checkpoint "$work/$out" "$@"
+}
+
+replay() {  # replay METHOD STEM: MT-bench limit 2, 128 new tokens, budgets 4, 8, 16, 32 -> $work/mtbench-limit2-STEM.csv
+    local method=$1 stem=$2
+    echo "$(date +%T) replay $stem"
+    /usr/bin/time -f "replay %e s" .venv/bin/specbench replay --model default --drafters "$method" \
+        --drafter-option "$method.checkpoint=$work/$stem" --bench mt_bench --limit 2 --max-new-tokens 128 \
+        --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit2-$stem.csv"
+    echo "$(date +%T) done"
+}
