@@ -193,3 +193,36 @@ def test_chain_attention_equals_the_dense_masked_attention(kv_heads):
     torch.testing.assert_close(fast, dense, rtol=1e-5, atol=1e-5)
     shifted = layer.attend_chains(x, residual, positions, keys, values, chain_keys.roll(1, dims=1), chain_values)
     assert not torch.allclose(shifted, dense, atol=1e-3)
+
+
+def test_aux_layers_default_or_given_and_bad_ids_refused_in_one_line():
+    """``distill --aux-layers`` alone records EAGLE-3's layers; ``--aux-layers 2,15,29`` the ids given (the top
+    feature layer is the experiment on eagle3's first draft); bad ids are one line naming the flag."""
+    from specbench.harness.cli.train import aux_layer_ids
+
+    assert aux_layer_ids(None, 30) is None
+    assert aux_layer_ids("default", 30) == default_layer_ids(30) == [2, 15, 27]
+    assert aux_layer_ids("2,15,29", 30) == [2, 15, 29]
+    for bad, fragment in [("2,15,30", "from 0 to 29"), ("2,2,15", "distinct"), ("low,mid", "like 2,15,29"),
+                          ("-1,3,5", "from 0 to 29")]:
+        with pytest.raises(SpecbenchError, match=fragment) as error:
+            aux_layer_ids(bad, 30)
+        assert "\n" not in str(error.value) and "--aux-layers" in str(error.value)
+
+
+def test_a_cache_of_other_feature_layers_trains_a_drafter_that_reads_them(llama_target, tmp_path):
+    """The cache's layer ids become the checkpoint's, the drafter taps those layers, and it stays exact."""
+    layer_ids = [0, llama_target.config.num_hidden_layers - 1]  # two layers, the top one included
+    assert layer_ids != default_layer_ids(llama_target.config.num_hidden_layers)
+    cache = distil_random_prompts(llama_target, tmp_path / "cache", seed=4, aux_layers=layer_ids)
+    config = Eagle3TrainConfig(cache=str(cache), out=str(tmp_path / "eagle3"), epochs=1, lr=5e-3, samples_per_step=2,
+                               warmup_steps=1, ttt_steps=2, draft_vocab=60)
+    recipe = train_eagle3(config, llama_target, progress=False)
+    assert recipe["hyperparameters"]["layer_ids"] == layer_ids
+    drafter = Eagle3Drafter(checkpoint=config.out, top_k=3, depth=2)
+    drafter.reset(llama_target.handle)
+    assert drafter.module.layer_ids == layer_ids
+    assert drafter.module.fc.in_features == len(layer_ids) * llama_target.config.hidden_size
+    for prompt in PROMPTS[:2]:
+        assert generate(llama_target, drafter, prompt, 16, 6).output_ids == \
+            plain_greedy(llama_target.model, prompt, 16, llama_target.eos_ids)

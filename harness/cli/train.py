@@ -56,9 +56,10 @@ def distill_arguments(parser: argparse.ArgumentParser) -> None:
                          help="stop after the greedy responses (token files, ~1 KB per prompt); hidden states later")
     parser.add_argument("--tokens-from", default=None,
                          help="a cache (e.g. one made with --tokens-only) whose token files are reused instead of generating")
-    parser.add_argument("--aux-layers", action="store_true",
+    parser.add_argument("--aux-layers", nargs="?", const="default", default=None, metavar="IDS",
                          help="also record the hidden states entering EAGLE-3's low, middle and high layers "
-                              "(what `specbench train eagle3` needs; 3x the hidden states' size)")
+                              "(2, N // 2, N - 3 of N; or the layer ids given, e.g. 2,15,29) (what `specbench "
+                              "train eagle3` needs, its feature layers; 3x the hidden states' size)")
 
 
 def train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -289,15 +290,33 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return _run_distill(args, out, target, prompts, info)
 
 
+def aux_layer_ids(value: str | None, num_layers: int) -> list[int] | None:
+    """``--aux-layers``: None (not given), EAGLE-3's default layers ("default", the flag alone), or the ids
+    given as "2,15,29": distinct decoder layers of the target, the hidden states entering them recorded."""
+    from specbench.drafters.speculators import default_layer_ids
+
+    if value is None:
+        return None
+    if value == "default":
+        return default_layer_ids(num_layers)
+    try:
+        ids = [int(part) for part in value.split(",")]
+    except ValueError:
+        raise SpecbenchError(f"--aux-layers {value!r}: give layer ids like 2,15,29") from None
+    if len(set(ids)) != len(ids) or not all(0 <= i < num_layers for i in ids):
+        raise SpecbenchError(f"--aux-layers {value!r}: distinct layer ids from 0 to {num_layers - 1} "
+                             f"(the target has {num_layers} layers)")
+    return ids
+
+
 def _run_distill(args: argparse.Namespace, out: str, target: TargetModel, prompts: dict[str, list[list[int]]], info: dict) -> int:
     """Distill ``prompts`` into ``out`` with the command line's settings (resumable; Ctrl-C keeps finished shards)."""
-    from specbench.drafters.speculators import default_layer_ids
     from specbench.drafters.training.distill import DistillConfig, run_distill
 
     config = DistillConfig(out=out, model=args.model, train=len(prompts["train"]), heldout=args.heldout,
                            max_prompt_tokens=args.max_prompt_tokens, max_new_tokens=args.max_new_tokens,
                            batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed,
-                           aux_layers=default_layer_ids(target.config.num_hidden_layers) if args.aux_layers else None)
+                           aux_layers=aux_layer_ids(args.aux_layers, target.config.num_hidden_layers))
     try:
         run_distill(config, target, prompts, info, progress=not args.no_progress, tokens_only=args.tokens_only,
                     tokens_from=Path(args.tokens_from) if args.tokens_from else None)
