@@ -1,8 +1,10 @@
 # Sourced by this run's scripts: the work area, the environment, and the one train and replay command each uses.
-# WORK (default /work/e3) holds the auxiliary cache (cache3k) and the checkpoints; SPECBENCH_DATA the question files.
+# WORK (default /work/e3) holds the checkpoints and the auxiliary cache (CACHE, default WORK/cache3k);
+# SPECBENCH_DATA the question files.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 work=${WORK:-/work/e3}
+cache=${CACHE:-$work/cache3k}  # the auxiliary cache the scripts train on
 export SPECBENCH_NO_PROGRESS=1 SPECBENCH_DATA=${SPECBENCH_DATA:-/work/shared/data}
 
 after() {  # wait while a process matching $1 (the run before this one) is alive
@@ -13,7 +15,7 @@ train() {  # train METHOD OUT_STEM [specbench train options...]: on every cached
     local method=$1 out=$2
     shift 2
     echo "$(date +%T) train $method -> $out"
-    /usr/bin/time -f "train %e s" .venv/bin/specbench train "$method" --model default --cache "$work/cache3k" \
+    /usr/bin/time -f "train %e s" .venv/bin/specbench train "$method" --model default --cache "$cache" \
         --threads 2 --no-progress --out-checkpoint "$work/$out" "$@"
 }
 
