@@ -408,13 +408,16 @@ def curve_points(within: list[dict], history: list[dict]) -> list[dict]:
 
 
 @torch.no_grad()
-def chain_scores(samples: Iterable[Any], levels: int,
+def chain_scores(module: nn.Module, samples: Iterable[Any], levels: int,
                  drafted: Callable[[Any, int, int], list[torch.Tensor]]) -> dict:
     """Held-out acceptance of a greedy draft chain along the responses, by depth, the one scoring of eagle and
     eagle3: ``drafted(sample, start, end)`` gives the top-1 token ids [R] at depths 1..levels for the anchors
     ``start..end-1``, each scored against x_{t+d+1}. ``heldout_depth_top1[d-1]``: right at depth d;
     ``heldout_chain[d-1]``: right at every depth <= d (the chance a chain of d drafts is wholly accepted), so
-    ``heldout_chain_tau`` = 1 + sum(chain). Anchors are response positions where every depth has a label."""
+    ``heldout_chain_tau`` = 1 + sum(chain). Anchors are response positions where every depth has a label.
+    ``module`` drafts in eval mode and is left in the mode it was in."""
+    was_training = module.training
+    module.eval()
     right_at, chain_at, anchors = torch.zeros(levels), torch.zeros(levels), 0
     for sample in samples:
         start, end = sample.prompt_len - 1, len(sample.input_ids) - levels - 1  # labels x_{t+levels+1} exist
@@ -426,6 +429,7 @@ def chain_scores(samples: Iterable[Any], levels: int,
         right_at += right.sum(dim=1)
         chain_at += right.int().cumprod(dim=0).sum(dim=1)
         anchors += right.shape[1]
+    module.train(was_training)
     chain = (chain_at / max(1, anchors)).tolist()
     return {"heldout_depth_top1": [round(x, 4) for x in (right_at / max(1, anchors)).tolist()],
             "heldout_chain": [round(x, 4) for x in chain], "heldout_chain_tau": round(1 + sum(chain), 4),

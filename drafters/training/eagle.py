@@ -137,11 +137,7 @@ def chain_accuracy(module: EagleModule, target: TargetModel, samples: list[Sampl
         outs = predict_features(module, target, sample, levels=levels)  # levels x [L-levels, H]
         return [vocab.token_ids(vocab.logits(out[start:end]).argmax(dim=-1)) for out in outs]  # levels x [R]
 
-    was_training = module.training
-    module.eval()
-    scores = chain_scores(samples, levels, drafted)
-    module.train(was_training)
-    return scores
+    return chain_scores(module, samples, levels, drafted)
 
 
 def train_eagle(config: EagleTrainConfig, target: TargetModel, progress: bool = True) -> dict:

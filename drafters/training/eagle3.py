@@ -159,11 +159,7 @@ def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterabl
         outs = unrolled_outputs(module, target, sample, levels)  # levels x [L', H]
         return [ids[module.lm_head(module.norm(h[start:end])).argmax(dim=-1)] for h in outs]  # levels x [R]
 
-    was_training = module.training
-    module.eval()
-    scores = chain_scores(samples, levels, drafted)
-    module.train(was_training)
-    return scores
+    return chain_scores(module, samples, levels, drafted)
 
 
 def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool = True) -> dict:
