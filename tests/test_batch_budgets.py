@@ -144,3 +144,27 @@ def test_a_batch_step_costs_its_largest_tree():
         assert verify_ratio(fixed, profile) == pytest.approx(1.5)
     single = VerifyProfile(key={}, sizes=[1, 2, 4, 8], ms={"chain": [10.0, 12.0, 15.0, 20.0]})
     assert verify_ratio(mixed, single) == pytest.approx(0.5 * 1.0 + 0.5 * single.relative(4, "chain"))
+
+
+@pytest.mark.parametrize("batch, slow", [(1, 1), (1, 3), (2, 2)])
+def test_the_loop_timing_keeps_its_fastest_pass(llama_target, monkeypatch, batch, slow):
+    """v1 is what replayed draft ms are weighed against: a busy moment during one timed pass must not set it.
+    Every verify of timed pass ``slow`` is made 40 ms slower (as a main job's v1 once came out 1.41x the run's);
+    v1 is the fastest of the timed passes, never the slow one, whether it comes first, last or between."""
+    import specbench.harness.autobudget.choose as choose
+
+    real = choose.timed_pass
+    calls = []
+
+    def slowed(*args, **kwargs):
+        timing = real(*args, **kwargs)
+        if len(calls) == slow:  # calls[0] is the untimed pass
+            timing = LoopTiming(timing.verify1_ms + 40.0, timing.overhead_ms, timing.steps)
+        calls.append(timing)
+        return timing
+
+    monkeypatch.setattr(choose, "timed_pass", slowed)
+    timing = choose.measure_loop_timing(llama_target, [5, 6, 7, 8], tokens=12, batch=batch)
+    assert calls[0] is None and len(calls) == choose.TIMING_PASSES + 1
+    assert calls[slow].verify1_ms > 40.0 and timing.steps > 0
+    assert timing.verify1_ms < 40.0 and timing.verify1_ms == min(t.verify1_ms for t in calls[1:])
