@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import torch
 
-import specbench
 from specbench.harness.autobudget import choose
+from specbench.harness.autobudget.calibration import default_calibration_file
 from specbench.model import load_target
 from specbench.prompts import PromptBuilder
 from specbench.questions import load_questions
@@ -31,13 +30,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target()
-    question = load_questions(Path(specbench.__file__).parent / "data" / "calibration" / "question.jsonl")[0]
+    question = load_questions(default_calibration_file())[0]
     prompt = PromptBuilder(target.tokenizer).build(question.turns[:1], [])
     print("| round | v1 per timed pass (ms) | kept | seconds |\n| ---: | --- | ---: | ---: |")
     for round_ in range(args.rounds):
         start = time.perf_counter()
-        passes = [choose.timed_pass(target, prompt, choose.TIMING_TOKENS, 1, record=n > 0)
-                  for n in range(choose.TIMING_PASSES + 1)][1:]
+        passes = choose.loop_timing_passes(target, prompt)
         kept = min(timing.verify1_ms for timing in passes)
         shown = " / ".join(f"{timing.verify1_ms:.1f}" for timing in passes)
         print(f"| {round_ + 1} | {shown} | {kept:.1f} | {time.perf_counter() - start:.1f} |", flush=True)

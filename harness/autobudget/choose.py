@@ -75,8 +75,13 @@ def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKE
     drafter's drafting look that much cheaper. At ``batch`` > 1, ``batch`` rows of it decode together (the last
     row's record: its clock starts after the other rows' prefills, and every row's verify stage spans the one
     forward)."""
+    return min(loop_timing_passes(target, prompt_ids, tokens, batch), key=lambda timing: timing.verify1_ms)
+
+
+def loop_timing_passes(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS, batch: int = 1) -> list[LoopTiming]:
+    """One untimed pass of plain decoding, then the ``TIMING_PASSES`` timed ones, each pass's timing."""
     passes = [timed_pass(target, prompt_ids, tokens, batch, record=n > 0) for n in range(TIMING_PASSES + 1)]
-    return min(passes[1:], key=lambda timing: timing.verify1_ms)
+    return passes[1:]
 
 
 def timed_pass(target, prompt_ids: list[int], tokens: int, batch: int, record: bool = True) -> LoopTiming | None:
