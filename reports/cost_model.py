@@ -4,7 +4,8 @@ the answers' stage times measured, so a missed prediction says which term missed
 `auto` predicts speedup(b) = τ(b) (v1 + o) / (V(b) + d(b) + o) (`harness.autobudget.predict`): V(b) the verify of
 the drafter's trees (v1 times the profile's ratio), d(b) its draft cost (replayed, times the draft ratio), o the
 loop's per-step work, v1 the one-node verify, all at the batch size. The manifest records the chosen point's τ, d,
-prediction and the calibration's v1 and o, so V is backed out exactly: V = τ (v1 + o) / prediction − d − o. The
+prediction and the calibration's v1 and o (at batch 1 each drafter's own, timed beside its draft ratio, where
+the manifest has it), so V is backed out exactly: V = τ (v1 + o) / prediction − d − o. The
 run's per-step means come from the answers' step records (verify; draft plus transform; accept as the loop's
 part). Vanilla's row puts v1 beside its measured one-node verify: their ratio is the sitting's pace against the
 calibration's, which cancels in a speedup; a drafter's verify or draft that misses by more than vanilla's does
@@ -32,6 +33,15 @@ def step_means(records: list[Answer]) -> dict[str, float]:
             "tau": float(np.mean([step.accepted for step in steps]))}
 
 
+def drafter_loop(calibration: dict, name: str, size: int, loop: dict) -> tuple[float, float]:
+    """(v1, o) that `auto` weighed ``name``'s draft cost against at batch ``size``: at batch 1 the loop timed
+    beside its draft ratio (`choose.measure_draft_ratio`) where the manifest records one, else the calibration's
+    ``loop`` (runs from before that timing, and every batch size > 1)."""
+    own = ((calibration.get("draft_ratio") or {}).get(name) or {}).get("loop") if size == 1 else None
+    timing = own or loop
+    return timing["verify1_ms"], timing["overhead_ms"]
+
+
 def cost_model_table(run: RunResults) -> Table | None:
     """Predicted against measured step terms for every drafter `auto` chose a budget for, at every batch size
     of the run; None without `auto` budgets or stage times."""
@@ -46,21 +56,23 @@ def cost_model_table(run: RunResults) -> Table | None:
         loop = (at_batch(calibration, size) or {}).get("loop")
         if not loop:
             continue
-        v1, o = loop["verify1_ms"], loop["overhead_ms"]
         for name, records in answers.items():
             measured = step_means(records)
             if not measured:
                 continue
             if name == BASELINE:
-                rows.append({"drafter": name, "batch": size, "budget": 1, "verify_pred": v1, "draft_pred": 0.0,
-                             "loop_pred": o, "tau_calibration": 1.0, "predicted_speedup": np.nan, **measured})
+                v1, o = loop["verify1_ms"], loop["overhead_ms"]
+                rows.append({"drafter": name, "batch": size, "budget": 1, "verify1_pred": v1, "verify_pred": v1,
+                             "draft_pred": 0.0, "loop_pred": o, "tau_calibration": 1.0, "predicted_speedup": np.nan,
+                             **measured})
                 continue
             choice = at_batch(budgets.get(name), size)
             point = next((p for p in (choice or {}).get("curve") or [] if p["budget"] == choice["budget"]), None)
             if choice is None or choice.get("how") != "auto" or point is None:
                 continue
             predicted = point["predicted_speedup"]
-            rows.append({"drafter": name, "batch": size, "budget": choice["budget"],
+            v1, o = drafter_loop(calibration, name, size, loop)
+            rows.append({"drafter": name, "batch": size, "budget": choice["budget"], "verify1_pred": v1,
                          "verify_pred": point["tau"] * (v1 + o) / predicted - point["draft_ms"] - o,
                          "draft_pred": point["draft_ms"], "loop_pred": o, "tau_calibration": point["tau"],
                          "predicted_speedup": predicted, **measured})
@@ -73,16 +85,18 @@ def cost_model_table(run: RunResults) -> Table | None:
     pair = lambda a, b, digits=1: [f"{fmt(x, digits)} / {fmt(y, digits)}" for x, y in zip(data[a], data[b])]  # noqa: E731
     display = pd.DataFrame({
         "Drafter": data["drafter"], "Batch": data["batch"].astype(str), "Budget": data["budget"].astype(str),
+        "v1 ms": [fmt(v) for v in data["verify1_pred"]],
         "Verify ms": pair("verify_pred", "verify_run"), "Draft ms": pair("draft_pred", "draft_run"),
         "Loop ms": pair("loop_pred", "loop_run", 2), "Step ms": pair("step_pred", "step_run"),
         "τ": pair("tau_calibration", "tau_run", 2),
         "Verify run / predicted": [fmt(r / p) for r, p in zip(data["verify_run"], data["verify_pred"])],
     })
     note = ("Each cell: predicted / measured, per decoding step (at batch B a step verifies every row's tree in one "
-            "forward). Predicted: `auto`'s terms at the chosen budget (verify backed out of the recorded "
-            "prediction; draft: the replayed propose cost, at batch 1 times the run/replay draft ratio; loop: the "
-            "calibration's per-step "
-            "overhead); measured: the answers' stage means (loop: accept and KV commit). Vanilla's verify ratio is "
-            "the sitting's pace against the calibration's and cancels in a speedup; a drafter whose ratio differs "
-            "from vanilla's at the same batch size was mispredicted by the profile.")
+            "forward). Predicted: `auto`'s terms at the chosen budget (verify backed out of the recorded prediction; "
+            "draft: the replayed propose cost, at batch 1 times the run/replay draft ratio; loop: the calibration's "
+            "per-step overhead); v1: the one-node verify the prediction is scaled by, at batch 1 the drafter's own, "
+            "timed beside its draft ratio where the run records one. Measured: the answers' stage means (loop: accept "
+            "and KV commit). Vanilla's verify ratio is the sitting's pace against the calibration's and cancels in a "
+            "speedup; a drafter whose ratio differs from vanilla's at the same batch size was timed at another pace "
+            "(its v1 differs from vanilla's) or mispredicted by the profile.")
     return Table("cost_model", "auto's cost model against the run", data, display, note)

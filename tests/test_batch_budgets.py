@@ -89,7 +89,8 @@ def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_siz
     # a replayed curve whose tau grows with the budget (the tiny random model's own would be near 1 everywhere)
     monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 0.01) for b in args[6]])
     # batch 1's draft cost is the replay's times the run/replay ratio; at B > 1 the B-row replay's as it is
-    monkeypatch.setattr(choose, "cached_draft_ratio", lambda *args: {"ratio": 2.0})
+    monkeypatch.setattr(choose, "cached_draft_ratio",
+                        lambda *args: {"ratio": 2.0, "loop": {"verify1_ms": 5.0, "overhead_ms": 0.1, "steps": 8}})
     monkeypatch.setattr(choose, "batch_draft_ms", lambda *args: {b: 0.005 for b in args[6]})
     options = dict(calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8], limit=1)
     run_tiny(target, out, batch_size=[1, 2], **options)
@@ -168,3 +169,67 @@ def test_the_loop_timing_keeps_its_fastest_pass(llama_target, monkeypatch, batch
     assert calls[0] is None and len(calls) == choose.TIMING_PASSES + 1
     assert calls[slow].verify1_ms > 40.0 and timing.steps > 0
     assert timing.verify1_ms < 40.0 and timing.verify1_ms == min(t.verify1_ms for t in calls[1:])
+
+
+def test_the_draft_ratio_decode_is_bracketed_by_the_loop_timing_it_is_weighed_against(llama_target, monkeypatch):
+    """The drafter's real decode (its run draft ms) runs between two timed plain-decoding passes, and the recorded
+    loop is their mean: v1 and the draft ms share one window of the machine's pace. A pass made 40 ms slower moves
+    v1 by half of it, as a run in a slow window would be priced."""
+    import specbench.harness.autobudget.choose as choose
+    from specbench.drafters.ngram import NgramDrafter
+    from specbench.drafters.vanilla import VanillaDrafter
+    from specbench.harness.autobudget.trajectories import record_trajectory
+
+    events = []
+    real_pass, real_generate = choose.timed_pass, choose.generate
+
+    def timed(*args, **kwargs):
+        timing = real_pass(*args, **kwargs)
+        events.append("loop")
+        return LoopTiming(timing.verify1_ms + 40.0 * (events.count("loop") == 2), timing.overhead_ms, timing.steps)
+
+    def decoded(target, drafter, *args, **kwargs):
+        if not isinstance(drafter, VanillaDrafter):  # the timed passes' own decodes are plain
+            events.append("draft" + (" timed" if kwargs.get("breakdown") else ""))
+        return real_generate(target, drafter, *args, **kwargs)
+
+    monkeypatch.setattr(choose, "timed_pass", timed)
+    monkeypatch.setattr(choose, "generate", decoded)
+    trajectory = record_trajectory(llama_target, [5, 6, 7, 8, 5, 6, 7], 12)
+    measured = choose.measure_draft_ratio(llama_target, NgramDrafter(), trajectory, 4, 12)
+    assert events == ["draft", "loop", "draft timed", "loop"]
+    loop = LoopTiming(**measured["loop"])
+    assert 20.0 < loop.verify1_ms < 40.0 + 20.0 and loop.steps > 0 and loop.overhead_ms >= 0
+
+
+def test_the_batch_1_choice_is_priced_with_the_drafters_own_loop_timing(tiny_run_setup, tmp_path, monkeypatch):  # noqa: F811
+    """`auto` at batch 1 predicts with the v1 and overhead timed beside the drafter's draft ratio, not the loop
+    timed once at the start of calibration: with the drafter's v1 set 100x the start's, drafting is priced as
+    nearly free, and the recorded prediction is the one made with that v1."""
+    import specbench.harness.autobudget.choose as choose
+    from specbench.harness.autobudget.predict import predicted_speedup, verify_ratio
+    from test_tree_budgets import run_tiny
+
+    target, calibration, profile_path = tiny_run_setup
+    monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 1.0) for b in args[6]])
+    own = {"verify1_ms": 500.0, "overhead_ms": 0.5, "steps": 8}
+    monkeypatch.setattr(choose, "cached_draft_ratio", lambda *args: {"ratio": 1.0, "loop": own})
+    out = tmp_path / "run"
+    run_tiny(target, out, calibration=str(calibration), profile=str(profile_path), auto_budgets=[1, 2, 4, 8], limit=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    profile = VerifyProfile.from_json(manifest["profile"], "manifest")
+    assert manifest["calibration"]["loop"]["verify1_ms"] < own["verify1_ms"] / 10
+    for point in manifest["budgets"]["ngram"]["curve"]:
+        priced = BudgetPoint(point["budget"], point["tau"], point["draft_ms"], point["trees"])
+        assert point["predicted_speedup"] == pytest.approx(predicted_speedup(priced, profile, 0.5, 500.0))
+
+    from specbench.reports.cost_model import cost_model_table
+    from specbench.reports.runs import load_runs
+
+    table = cost_model_table(load_runs([out])[0]).data.set_index("drafter")  # the report backs V out with that v1
+    assert table.loc["ngram", "verify1_pred"] == 500.0 and table.loc["ngram", "loop_pred"] == 0.5
+    assert table.loc["vanilla", "verify1_pred"] == manifest["calibration"]["loop"]["verify1_ms"]
+    choice = manifest["budgets"]["ngram"]
+    point = next(p for p in choice["curve"] if p["budget"] == choice["budget"])
+    priced = BudgetPoint(point["budget"], point["tau"], point["draft_ms"], point["trees"])
+    assert table.loc["ngram", "verify_pred"] == pytest.approx(500.0 * verify_ratio(priced, profile))

@@ -7,7 +7,8 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    (cached per drafter identity, candidates and machine);
 3. the loop, measured on one calibration prompt with plain decoding: verify ms of a one-node step (v1)
    and the rest of a step (overhead o: accept, KV commit, bookkeeping); measured once per machine and
-   cached, so that the choice does not flip between runs on noise;
+   cached, so that the choice does not flip between runs on noise (at batch 1 it only picks the budget step 5
+   measures at; step 6 replaces it);
 4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + c d(b) + o), where r(b) = t(b) / t(1) from the
    verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
    another moment, or on another machine of the same kind, still applies), and the budget that
@@ -16,7 +17,11 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    calibration turn at the budget step 4 picks with c = 1 (then the choice is made again with c). Replay
    proposes back to back, its weights warm in the CPU's caches; in a run the target's forward, streaming
    hundreds of MB of weights, evicts them between proposes. The README's main job measured c = 1.4-1.75 for
-   the trained drafters (docs/performance.md, "`auto`'s draft cost"); without it `auto` over-promised.
+   the trained drafters (docs/performance.md, "`auto`'s draft cost"); without it `auto` over-promised;
+6. the final choice weighs that run's draft ms against a v1 and overhead timed *in the same window*: plain
+   decoding just before and just after the drafter's real decode (`measure_draft_ratio`). A CPU's pace drifts
+   by a quarter over minutes; step 3's v1, timed at another moment, once came out 1.41x the run's own and made
+   every drafter's drafting look that much cheaper (docs/decisions.md, "`auto`'s v1 beside the drafting").
 
 At each batch size B > 1 of the run (``--batch-size``) the same prediction is made with B's own terms, and
 the budget chosen there is recorded in `BudgetChoice.batches`: the prediction is a *throughput* speedup over
@@ -139,16 +144,22 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
 
 def measure_draft_ratio(target, drafter, trajectory, budget: int, tokens: int) -> dict:
     """The drafter's propose ms per step decoding ``trajectory``'s prompt for real at ``budget`` (after one
-    untimed pass) and replayed on it: {budget, steps, run_ms, replay_ms, ratio} (ratio 1 where replay measured
-    no draft time)."""
+    untimed pass) and replayed on it, and the loop timed in the same window: {budget, steps, run_ms, replay_ms,
+    ratio, loop} (ratio 1 where replay measured no draft time). ``loop`` is a `LoopTiming` of plain decoding, the
+    mean of one timed pass just before the real decode and one just after, so that the draft ms it is weighed
+    against and the v1 share the machine's pace of that moment."""
     prompt = trajectory.prompt.tolist()
     generate(target, drafter, prompt, tokens, budget)
+    before = timed_pass(target, prompt, TIMING_TOKENS, 1)
     run = generate(target, drafter, prompt, tokens, budget, breakdown=True)
+    after = timed_pass(target, prompt, TIMING_TOKENS, 1)
     replayed = replay(target, drafter, trajectory, tokens, budget)
     run_ms = statistics.fmean(step.draft_ms for step in run.steps) if run.steps else 0.0
     replay_ms = statistics.fmean(step.draft_ms for step in replayed.steps) if replayed.steps else 0.0
+    loop = LoopTiming(verify1_ms=(before.verify1_ms + after.verify1_ms) / 2,
+                      overhead_ms=(before.overhead_ms + after.overhead_ms) / 2, steps=before.steps + after.steps)
     return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "replay_ms": replay_ms,
-            "ratio": run_ms / replay_ms if replay_ms > 0 else 1.0}
+            "ratio": run_ms / replay_ms if replay_ms > 0 else 1.0, "loop": asdict(loop)}
 
 
 def cached_draft_ratio(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
@@ -156,7 +167,8 @@ def cached_draft_ratio(target, name: str, drafter, options: dict, trajectory, tr
     """`measure_draft_ratio`, once per drafter identity, budget, calibration set and machine (cached like the
     curves, so `auto`'s choice is the same from run to run)."""
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
-           "budget": budget, "tokens": tokens, "machine": machine, "measures": "run/replay draft ratio"}
+           "budget": budget, "tokens": tokens, "machine": machine,
+           "measures": "run/replay draft ratio, loop timed beside it", "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / "curves" / f"{name}-ratio-{key_digest(key)}.json"
     return cached_json(path, key, lambda: measure_draft_ratio(target, drafter, trajectory, budget, tokens))
 
@@ -252,7 +264,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         ratios[name] = cached_draft_ratio(target, name, drafters[name], options(name), trajectories[0],
                                           trajectory_key, first, tokens, machine, cache_root())
         curves[name] = with_draft_ratio(replayed, ratios[name]["ratio"])
-        return curves[name], profile, timing
+        return curves[name], profile, LoopTiming(**ratios[name]["loop"])  # v1 and o of the draft ms' window
 
     def options(name: str) -> dict:
         return config.drafter_options.get(split_entry(name)[0], {})
