@@ -35,7 +35,7 @@ def step_means(records: list[Answer]) -> dict[str, float]:
 
 def drafter_loop(calibration: dict, name: str, size: int, loop: dict) -> tuple[float, float]:
     """(v1, o) that `auto` weighed ``name``'s draft cost against at batch ``size``: at batch 1 the loop timed
-    beside its draft ratio (`choose.measure_draft_ratio`) where the manifest records one, else the calibration's
+    beside its draft ratio (`choose.measure_run_draft`) where the manifest records one, else the calibration's
     ``loop`` (runs from before that timing, and every batch size > 1)."""
     own = ((calibration.get("draft_ratio") or {}).get(name) or {}).get("loop") if size == 1 else None
     timing = own or loop

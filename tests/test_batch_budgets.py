@@ -89,8 +89,8 @@ def test_a_sweep_runs_each_batch_size_at_its_own_auto_budget_and_resume_adds_siz
     # a replayed curve whose tau grows with the budget (the tiny random model's own would be near 1 everywhere)
     monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 0.01) for b in args[6]])
     # batch 1's draft cost is the replay's times the run/replay ratio; at B > 1 the B-row replay's as it is
-    monkeypatch.setattr(choose, "cached_draft_ratio",
-                        lambda *args: {"ratio": 2.0, "loop": {"verify1_ms": 5.0, "overhead_ms": 0.1, "steps": 8}})
+    monkeypatch.setattr(choose, "cached_run_draft", lambda *args: {
+        "budget": args[6], "steps": 8, "run_ms": 0.02, "loop": {"verify1_ms": 5.0, "overhead_ms": 0.1, "steps": 8}})
     monkeypatch.setattr(choose, "batch_draft_ms", lambda *args: {b: 0.005 for b in args[6]})
     options = dict(calibration=str(calibration), profile=str(profile), auto_budgets=[1, 2, 4, 8], limit=1)
     run_tiny(target, out, batch_size=[1, 2], **options)
@@ -196,7 +196,7 @@ def test_the_draft_ratio_decode_is_bracketed_by_the_loop_timing_it_is_weighed_ag
     monkeypatch.setattr(choose, "timed_pass", timed)
     monkeypatch.setattr(choose, "generate", decoded)
     trajectory = record_trajectory(llama_target, [5, 6, 7, 8, 5, 6, 7], 12)
-    measured = choose.measure_draft_ratio(llama_target, NgramDrafter(), trajectory, 4, 12)
+    measured = choose.measure_run_draft(llama_target, NgramDrafter(), trajectory, 4, 12)
     assert events == ["draft", "loop", "draft timed", "loop"]
     loop = LoopTiming(**measured["loop"])
     assert 20.0 < loop.verify1_ms < 40.0 + 20.0 and loop.steps > 0 and loop.overhead_ms >= 0
@@ -213,7 +213,8 @@ def test_the_batch_1_choice_is_priced_with_the_drafters_own_loop_timing(tiny_run
     target, calibration, profile_path = tiny_run_setup
     monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 1.0) for b in args[6]])
     own = {"verify1_ms": 500.0, "overhead_ms": 0.5, "steps": 8}
-    monkeypatch.setattr(choose, "cached_draft_ratio", lambda *args: {"ratio": 1.0, "loop": own})
+    monkeypatch.setattr(choose, "cached_run_draft", lambda *args: {"budget": args[6], "steps": 8, "run_ms": 1.0,
+                                                                    "loop": own})
     out = tmp_path / "run"
     run_tiny(target, out, calibration=str(calibration), profile=str(profile_path), auto_budgets=[1, 2, 4, 8], limit=1)
     manifest = json.loads((out / "manifest.json").read_text())

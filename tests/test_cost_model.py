@@ -83,6 +83,24 @@ def test_batch_predictions_recomputed_without_the_batch_1_draft_ratio(capsys):
     assert main([str(run)]) == 0 and "measured_over_new" in capsys.readouterr().out
 
 
+def test_the_main_job_repredicted_with_the_curve_anchored_draft_ratio(capsys):
+    """`benchmarks.repredict_draft_ratio` on the README's main job: recomputing the old ratio's predictions with
+    `auto`'s own prediction code gives exactly what the manifest recorded (so the new column is the code's too);
+    with the ratio taken against the curve's own point every chosen budget stays the same and every drafter's
+    measured speedup lands within 10% of the new prediction."""
+    from benchmarks.repredict_draft_ratio import main, repredict
+
+    run = Path(__file__).resolve().parents[1] / "docs" / "runs" / "main-job"
+    table = repredict(run).set_index("drafter")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert len(table) == 8
+    for name, row in table.iterrows():
+        assert row["old_predicted"] == pytest.approx(manifest["budgets"][name]["predicted_speedup"], rel=1e-9)
+        assert row["new_best_budget"] == row["budget"], name
+        assert 0.9 <= row["measured_over_new"] <= 1.1, name
+    assert main([str(run)]) == 0 and "measured_over_new" in capsys.readouterr().out
+
+
 def test_tau_spread_separates_a_steady_drafter_from_a_question_dependent_one(capsys):
     """`benchmarks.tau_spread`: questions with one tau give no spread; questions whose tau is 1 or 3 give two
     16-question sets that often differ by more than 10%; on the main job's answers ngram's tau is the least

@@ -135,7 +135,7 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
 
     from specbench.drafters.ngram import NgramDrafter
     from specbench.harness.autobudget import replay as replay_module
-    from specbench.harness.autobudget.choose import measure_draft_ratio
+    from specbench.harness.autobudget.choose import draft_ratio, measure_run_draft
     from specbench.harness.autobudget.trajectories import record_trajectory
     from specbench.registry import register_drafter
 
@@ -160,9 +160,12 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
 
     target, calibration, profile = tiny_run_setup
     trajectory = record_trajectory(target, target.tokenizer.encode("abc abc abc abc"), 12)
-    measured = measure_draft_ratio(target, ColdInRuns(), trajectory, 4, 12)
-    assert measured["run_ms"] >= 20 > measured["replay_ms"] and measured["ratio"] == pytest.approx(
-        measured["run_ms"] / measured["replay_ms"])
+    measured = measure_run_draft(target, ColdInRuns(), trajectory, 4, 12)
+    replayed = replay_module.replay(target, ColdInRuns(), trajectory, 12, 4)
+    replay_ms = sum(step.draft_ms for step in replayed.steps) / len(replayed.steps)
+    assert measured["run_ms"] >= 20 > replay_ms
+    ratio = draft_ratio(measured, [BudgetPoint(2, 1.0, 1.0), BudgetPoint(4, 1.5, replay_ms)])
+    assert ratio["replay_ms"] == replay_ms and ratio["ratio"] == pytest.approx(measured["run_ms"] / replay_ms)
 
     from specbench import registry
 
@@ -287,8 +290,8 @@ def test_calibration_trajectories_and_curves_are_cached(tiny_run_setup, tmp_path
     run_tiny(target, tmp_path / "a", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
     cached = sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file())
     assert len([n for n in cached if n.startswith("trajectories-")]) == 1
-    assert len([n for n in cached if n.startswith("ngram-ratio-")]) == 1  # the run/replay draft ratio
-    assert len([n for n in cached if n.startswith("ngram-") and "-ratio-" not in n]) == 1  # the curve
+    assert len([n for n in cached if n.startswith("ngram-run-")]) == 1  # the real decode's draft ms and loop
+    assert len([n for n in cached if n.startswith("ngram-") and "-run-" not in n]) == 1  # the curve
     assert len([n for n in cached if n.startswith("loop-")]) == 1  # the loop is timed once per machine
     run_tiny(target, tmp_path / "b", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
     assert sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file()) == cached

@@ -13,13 +13,16 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
    another moment, or on another machine of the same kind, still applies), and the budget that
    maximises it;
-5. c, the drafter's *run/replay draft ratio*: its propose ms per step in a real run over replay's, on the first
-   calibration turn at the budget step 4 picks with c = 1 (then the choice is made again with c). Replay
-   proposes back to back, its weights warm in the CPU's caches; in a run the target's forward, streaming
-   hundreds of MB of weights, evicts them between proposes. The README's main job measured c = 1.4-1.75 for
-   the trained drafters (docs/performance.md, "`auto`'s draft cost"); without it `auto` over-promised;
+5. c, the drafter's *run/replay draft ratio*: its propose ms per step in a real run, on the first calibration
+   turn at the budget step 4 picks with c = 1, over the replayed curve's at that budget (then the choice is
+   made again with c). Replay proposes back to back, its weights warm in the CPU's caches; in a run the
+   target's forward, streaming hundreds of MB of weights, evicts them between proposes. The README's main job
+   measured c = 1.4-1.75 for the trained drafters (docs/performance.md, "`auto`'s draft cost"); without it
+   `auto` over-promised. The denominator is the curve's own point, not a second replay: the curve then gives
+   the shape of the draft cost over budgets and the run its scale (a second replay, at another moment, once
+   put sps's c at 0.72 and its prediction 17% high);
 6. the final choice weighs that run's draft ms against a v1 and overhead timed *in the same window*: plain
-   decoding just before and just after the drafter's real decode (`measure_draft_ratio`). A CPU's pace drifts
+   decoding just before and just after the drafter's real decode (`measure_run_draft`). A CPU's pace drifts
    by a quarter over minutes; step 3's v1, timed at another moment, once came out 1.41x the run's own and made
    every drafter's drafting look that much cheaper (docs/decisions.md, "`auto`'s v1 beside the drafting").
 
@@ -49,7 +52,7 @@ from specbench.harness.autobudget.calibration import (
 )
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
-from specbench.harness.autobudget.replay import RowsTogether, budget_point, replay, sweep
+from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
 from specbench.harness.loop import Job, generate, generate_batch
@@ -142,39 +145,42 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
     return [BudgetPoint(**point) for point in cached_json(path, key, replayed)]
 
 
-def measure_draft_ratio(target, drafter, trajectory, budget: int, tokens: int) -> dict:
+def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> dict:
     """The drafter's propose ms per step decoding ``trajectory``'s prompt for real at ``budget`` (after one
-    untimed pass) and replayed on it, and the loop timed in the same window: {budget, steps, run_ms, replay_ms,
-    ratio, loop} (ratio 1 where replay measured no draft time). ``loop`` is a `LoopTiming` of plain decoding, the
-    mean of one timed pass just before the real decode and one just after, so that the draft ms it is weighed
-    against and the v1 share the machine's pace of that moment."""
+    untimed pass), and the loop timed in the same window: {budget, steps, run_ms, loop}. ``loop`` is a
+    `LoopTiming` of plain decoding, the mean of one timed pass just before the real decode and one just after,
+    so that the draft ms and the v1 it is weighed against share the machine's pace of that moment."""
     prompt = trajectory.prompt.tolist()
     generate(target, drafter, prompt, tokens, budget)
     before = timed_pass(target, prompt, TIMING_TOKENS, 1)
     run = generate(target, drafter, prompt, tokens, budget, breakdown=True)
     after = timed_pass(target, prompt, TIMING_TOKENS, 1)
-    replayed = replay(target, drafter, trajectory, tokens, budget)
     run_ms = statistics.fmean(step.draft_ms for step in run.steps) if run.steps else 0.0
-    replay_ms = statistics.fmean(step.draft_ms for step in replayed.steps) if replayed.steps else 0.0
     loop = LoopTiming(verify1_ms=(before.verify1_ms + after.verify1_ms) / 2,
                       overhead_ms=(before.overhead_ms + after.overhead_ms) / 2, steps=before.steps + after.steps)
-    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "replay_ms": replay_ms,
-            "ratio": run_ms / replay_ms if replay_ms > 0 else 1.0, "loop": asdict(loop)}
+    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "loop": asdict(loop)}
 
 
-def cached_draft_ratio(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
-                       tokens: int, machine: dict, root: Path) -> dict:
-    """`measure_draft_ratio`, once per drafter identity, budget, calibration set and machine (cached like the
+def cached_run_draft(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
+                     tokens: int, machine: dict, root: Path) -> dict:
+    """`measure_run_draft`, once per drafter identity, budget, calibration set and machine (cached like the
     curves, so `auto`'s choice is the same from run to run)."""
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
            "budget": budget, "tokens": tokens, "machine": machine,
-           "measures": "run/replay draft ratio, loop timed beside it", "loop_tokens": TIMING_TOKENS}
-    path = root / "calibration" / "curves" / f"{name}-ratio-{key_digest(key)}.json"
-    return cached_json(path, key, lambda: measure_draft_ratio(target, drafter, trajectory, budget, tokens))
+           "measures": "run draft ms, loop timed beside it", "loop_tokens": TIMING_TOKENS}
+    path = root / "calibration" / "curves" / f"{name}-run-{key_digest(key)}.json"
+    return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens))
+
+
+def draft_ratio(run_draft: dict, replayed: list[BudgetPoint]) -> dict:
+    """``run_draft`` (`measure_run_draft`) with replay_ms, the replayed curve's draft ms at its budget, and
+    ratio = run_ms / replay_ms (1 where replay measured no draft time): the manifest's ``draft_ratio`` entry."""
+    replay_ms = next(point.draft_ms for point in replayed if point.budget == run_draft["budget"])
+    return run_draft | {"replay_ms": replay_ms, "ratio": run_draft["run_ms"] / replay_ms if replay_ms > 0 else 1.0}
 
 
 def with_draft_ratio(points: list[BudgetPoint], ratio: float) -> list[BudgetPoint]:
-    """``points`` with each replayed draft cost scaled to a run's (`measure_draft_ratio`)."""
+    """``points`` with each replayed draft cost scaled to a run's (`draft_ratio`)."""
     return [replace(point, draft_ms=point.draft_ms * ratio) for point in points]
 
 
@@ -261,8 +267,9 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         replayed = replayed_curve(target, name, drafters[name], options(name), trajectories, trajectory_key, mine,
                                   tokens, machine, cache_root())
         first, _ = best_budget(replayed, profile, timing.overhead_ms, timing.verify1_ms)
-        ratios[name] = cached_draft_ratio(target, name, drafters[name], options(name), trajectories[0],
-                                          trajectory_key, first, tokens, machine, cache_root())
+        run_draft = cached_run_draft(target, name, drafters[name], options(name), trajectories[0], trajectory_key,
+                                     first, tokens, machine, cache_root())
+        ratios[name] = draft_ratio(run_draft, replayed)
         curves[name] = with_draft_ratio(replayed, ratios[name]["ratio"])
         return curves[name], profile, LoopTiming(**ratios[name]["loop"])  # v1 and o of the draft ms' window
 
