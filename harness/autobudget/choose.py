@@ -24,7 +24,8 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
 6. the final choice weighs that run's draft ms against a v1 and overhead timed *in the same window*: plain
    decoding just before and just after the drafter's real decode (`measure_run_draft`). A CPU's pace drifts
    by a quarter over minutes; step 3's v1, timed at another moment, once came out 1.41x the run's own and made
-   every drafter's drafting look that much cheaper (docs/decisions.md, "`auto`'s v1 beside the drafting").
+   every drafter's drafting look that much cheaper (docs/decisions.md, "At batch 1, a drafter's draft ms and
+   the v1 it is weighed against are timed in one window").
 
 At each batch size B > 1 of the run (``--batch-size``) the same prediction is made with B's own terms, and
 the budget chosen there is recorded in `BudgetChoice.batches`: the prediction is a *throughput* speedup over
