@@ -55,6 +55,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "eagle3", "--ttt-steps", "0"], ["--ttt-steps must be at least 1"]),
         (["train", "eagle3", "--train-vocab", "50"], ["--train-vocab does not apply to eagle3"]),
         (["train", "eagle", "--ttt-steps", "3"], ["--ttt-steps is an eagle3 option, not eagle's"]),
+        (["train", "eagle3", "--step-decay", "0"], ["--step-decay must be in (0, 1], not 0.0"]),
+        (["train", "ctc", "--step-decay", "0.5"], ["--step-decay is an eagle3 option, not ctc's"]),
         (["train", "eagle3", "--noise", "0.2"], ["--noise is an eagle option, not eagle3's"]),
         (["train", "eagle3", "--unroll", "3"], ["--unroll is an eagle option, not eagle3's"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
@@ -247,3 +249,15 @@ def test_sampled_run_records_its_settings_and_seeds_and_resumes(tmp_path, defaul
     assert again.output_ids == hydra.output_ids[0]
 
     assert_one_line_error(run_cli(*[a if a != "3" else "4" for a in args], "--resume"), "seed")
+
+
+def test_train_step_decay_reaches_the_eagle3_config():
+    """`--step-decay` sets the eagle3 training config's TTT loss decay; left out, the config keeps its default."""
+    from specbench.drafters.training.eagle3 import STEP_DECAY
+    from specbench.harness.cli import build_parser
+    from specbench.harness.cli.train import _train_config
+
+    parser = build_parser()
+    given = _train_config(parser.parse_args(["train", "eagle3", "--step-decay", "0.5"]), cache="c", out="o")
+    default = _train_config(parser.parse_args(["train", "eagle3"]), cache="c", out="o")
+    assert given.step_decay == 0.5 and default.step_decay == STEP_DECAY != 0.5

@@ -104,6 +104,9 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttt-steps", type=int, default=None,
                        help="eagle3: training-time test steps, the draft layer unrolled on its own outputs (default 7, "
                             "as EAGLE-3's released trainer)")
+    parser.add_argument("--step-decay", type=float, default=None,
+                       help="eagle3: training-time test step j's loss weighs this^(j-1), in (0, 1]; lower puts more of "
+                            "the loss on the first draft (default 0.8)")
     parser.add_argument("--draft-vocab", type=int, default=None,
                        help="eagle3: tokens its own head scores, the most frequent response tokens (default 32000)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
@@ -340,7 +343,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     # an unknown method, another method's option, a bad value: one line each, before a model loads
     refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
-                          own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, draft_vocab=args.draft_vocab,
+                          own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, step_decay=args.step_decay,
+                          draft_vocab=args.draft_vocab,
                           noise=args.noise, unroll=args.unroll)
     check_out_file(args.out_checkpoint, "--out-checkpoint", "checkpoint stem")
     config = _train_config(args, cache=args.cache or "", out=args.out_checkpoint or "")
@@ -382,7 +386,8 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
         return cls(**shared, **samples, num_slots=args.num_slots, num_labels=args.num_labels,
                    slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None)
     if cls is Eagle3TrainConfig:
-        own = {name: getattr(args, name) for name in ("ttt_steps", "draft_vocab") if getattr(args, name) is not None}
+        own = {name: getattr(args, name) for name in ("ttt_steps", "step_decay", "draft_vocab")
+               if getattr(args, name) is not None}
         return cls(**shared, **samples, **own)
     own = {name: getattr(args, name) for name in ("noise", "unroll") if getattr(args, name) is not None}
     return cls(**shared, **samples, **own)
