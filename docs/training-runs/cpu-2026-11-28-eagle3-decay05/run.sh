@@ -4,8 +4,9 @@
 # baseline, whose learning curve is measured every 250 steps the same way), but --step-decay 0.5 instead of 0.8:
 # step j's loss weighs 0.5^(j-1), so the first draft's loss is a larger share of the total. Then the replay.
 # Resumable (the training keeps its partial checkpoint). `--step-decay` was added for it. WORK as in cpu-2026-11-28-eagle3-full; the cache is that
-# run's cache3k (layers 2, 15, 27 of the first 3,000 train prompts).
+# run's cache3k (layers 2, 15, 27; since that run it holds every train prompt, so --max-train-samples 3000 keeps the
+# first 3,000, the baseline's).
 source "$(dirname "$0")/../cpu-2026-11-28-eagle3-full/lib.sh"
 train eagle3 eagle3-3000x2-v16384-sd05 --epochs 2 --samples-per-step 4 --lr 1e-3 --draft-vocab 16384 --dtype bfloat16 \
-    --checkpoint-steps 250 --step-decay 0.5 || exit 1
+    --checkpoint-steps 250 --step-decay 0.5 --max-train-samples 3000 || exit 1
 replay eagle3 eagle3-3000x2-v16384-sd05
