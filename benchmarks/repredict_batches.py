@@ -12,12 +12,13 @@ Run:  python -m benchmarks.repredict_batches docs/runs/issue43-refilled
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
+
+from benchmarks.run_table import run_table_main
 
 
 def repredict(run: Path) -> pd.DataFrame:
@@ -49,14 +50,8 @@ def repredict(run: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="a run directory with batch sizes above 1 chosen by auto")
-    table = repredict(parser.parse_args(argv).run)
-    if table.empty:
-        print("repredict_batches: no auto choice at a batch size above 1 in this run", file=sys.stderr)
-        return 2
-    print(table.to_string(index=False, float_format=lambda value: f"{value:.3f}"))
-    return 0
+    return run_table_main(argv, __doc__, "a run directory with batch sizes above 1 chosen by auto", repredict,
+                          "repredict_batches: no auto choice at a batch size above 1 in this run")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Run:  python -m benchmarks.repredict_draft_ratio docs/runs/main-job
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import replace
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.run_table import run_table_main
 from specbench.harness.autobudget.choose import draft_ratio, with_draft_ratio
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import VerifyProfile
@@ -53,14 +53,8 @@ def repredict(run: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="a run directory whose budgets auto chose")
-    table = repredict(parser.parse_args(argv).run)
-    if table.empty:
-        print("repredict_draft_ratio: no draft ratio in this run's manifest (no auto budget)", file=sys.stderr)
-        return 2
-    print(table.to_string(index=False, float_format=lambda value: f"{value:.3f}"))
-    return 0
+    return run_table_main(argv, __doc__, "a run directory whose budgets auto chose", repredict,
+                          "repredict_draft_ratio: no draft ratio in this run's manifest (no auto budget)")
 
 
 if __name__ == "__main__":
