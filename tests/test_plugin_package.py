@@ -3,15 +3,17 @@ point with no change to specbench: the registry lists it with its distribution a
 and it returns valid trees; ``specbench list-drafters`` shows it. The example in docs/writing-a-drafter.md
 is byte-identical to the fixture package, so the guide's code is the code these tests run.
 
-The fixture (tests/fixtures/repeat_last_pkg) is copied to a temporary folder and pip-installed into the
-current environment (``--no-deps --no-build-isolation``: no network), then uninstalled when this module's
-tests finish.
+The fixture (tests/fixtures/repeat_last_pkg) is copied to a temporary folder and pip-installed from there
+into a folder of its own (``--target``, ``--no-deps --no-build-isolation``: no network) that only this
+module's subprocesses see on their ``PYTHONPATH``: the shared environment is never changed, so tests running
+beside these (xdist) never see the plugin.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -39,23 +41,32 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
 
 
+_SITE: dict[str, Path] = {}  # "dir": the folder the fixture package is installed into, once `installed` ran
+
+
+def _env() -> dict[str, str]:
+    """This environment with the fixture's install folder first on ``PYTHONPATH`` (its entry point included)."""
+    paths = [str(_SITE["dir"]), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 def _python(code: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter of this environment (so entry points are read anew)."""
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=FIXTURE.parent)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=FIXTURE.parent,
+                          env=_env())
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The fixture package, installed from a copy (the build leaves build/ and *.egg-info behind)."""
-    source = tmp_path_factory.mktemp("plugin") / "repeat_last_pkg"
+    """The fixture package, pip-installed from a copy (the build leaves build/ and *.egg-info behind) into a folder
+    of its own."""
+    root = tmp_path_factory.mktemp("plugin")
+    source = root / "repeat_last_pkg"
     shutil.copytree(FIXTURE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    result = _pip("install", "--no-deps", "--no-build-isolation", "-q", str(source))
+    result = _pip("install", "--no-deps", "--no-build-isolation", "-q", "--target", str(root / "site"), str(source))
     assert result.returncode == 0, f"pip install failed:\n{result.stdout}\n{result.stderr}"
-    try:
-        yield DIST
-    finally:
-        result = _pip("uninstall", "-y", "-q", DIST)
-        assert result.returncode == 0, f"pip uninstall failed:\n{result.stdout}\n{result.stderr}"
+    _SITE["dir"] = root / "site"
+    yield DIST
 
 
 # ---- the guide shows exactly the fixture's code ---------------------------------------------------------
@@ -147,7 +158,8 @@ def _specbench_command(how: str) -> list[str]:
 @pytest.mark.parametrize("how", ["script", "module"])
 def test_list_drafters_shows_the_installed_package(installed, how):
     command = _specbench_command(how)
-    result = subprocess.run([*command, "list-drafters"], capture_output=True, text=True, timeout=120, cwd=FIXTURE.parent)
+    result = subprocess.run([*command, "list-drafters"], capture_output=True, text=True, timeout=120, cwd=FIXTURE.parent,
+                            env=_env())
     assert result.returncode == 0, result.stderr
     lines = {line.split()[0]: line for line in result.stdout.splitlines() if line.strip()}
     assert NAME in lines, result.stdout
