@@ -340,22 +340,21 @@ def test_a_planted_wrong_kv_commit_in_bf16_is_a_mismatch(default_model_available
     printed = capsys.readouterr().out
     runs = load_run(out)
     summary = summarize(runs).set_index(["drafter", "category"])
-    drafters = SLOW_DRAFTERS.split(",")[1:]
-    for drafter in drafters:
+    for drafter in SLOW_DRAFTERS.split(",")[1:]:
         row = summary.loc[(drafter, "overall")]
         # flagged: a turn the bug barely moved can stay within rounding (docs/decisions.md: measured), so the
         # drafter, not every turn, must come out as mismatch
         assert row["mismatch_turns"] >= 1 and row["unattributed_turns"] == 0, drafter
-        assert row["max_over_bound"] > 2, drafter
         assert f"WARNING: {drafter}:" in printed
         for record in runs[drafter]:
             for entry in record.attribution:
                 assert (entry["status"] == MISMATCH) == (entry.get("over_bound", 0) > 1)
-    # most divergent turns do, over the drafters together: ngram alone rarely accepts a multi-node path in 64
-    # tokens, so the bug reaches few of its steps and an honest bf16 near-tie can come first (1 mismatch against
-    # 3 near-ties at 1 thread on a 2-core Xeon without AVX-512 bf16; hydra and eagle 4 mismatches of 4)
-    overall = summary.loc[[(drafter, "overall") for drafter in drafters]]
-    assert overall["mismatch_turns"].sum() > overall["near_tie_turns"].sum()
+        if drafter in ("hydra", "eagle"):
+            # trees whose multi-node paths are accepted at most steps, so the bug reaches most of them: most
+            # divergent turns are mismatches, far beyond the bound. Not ngram: it rarely accepts a multi-node path in
+            # 64 tokens, so an honest bf16 near-tie can come first and its mismatch can be barely over the bound
+            # (1 mismatch, 3 near-ties, 1.28x the bound at 1 thread on a 2-core Xeon without AVX-512 bf16)
+            assert row["mismatch_turns"] > row["near_tie_turns"] and row["max_over_bound"] > 2, drafter
     # the report says so too
     assert main(["report", str(out), "--out", str(tmp_path / "report"), "--charts", "none", "--formats", "md"]) == 0
     assert "MISMATCH" in capsys.readouterr().out
