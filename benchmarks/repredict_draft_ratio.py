@@ -9,7 +9,7 @@ the old c back out, applies the new one, predicts every budget again with the co
 (`predict.best_budget`), and prints old and new beside the measured speedup (`summary.csv`) and the budget the new
 prediction would have chosen. It reads only the run directory; nothing is timed.
 
-Run:  python -m benchmarks.repredict_draft_ratio docs/runs/main-job
+Run:  python -m benchmarks.repredict_draft_ratio docs/runs/main-job-0f3f4dd
 """
 
 from __future__ import annotations
