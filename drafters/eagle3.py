@@ -205,6 +205,16 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     per expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5)."""
 
     method = "eagle3"
+    capturable = True
+
+    def compile_parts(self, compile):
+        """The fc fusion of the target's layer features and the draft layer's two halves (keys/values of new rows;
+        attention of new rows over the draft cache, whose length grows: dynamo makes it symbolic), as eagle's. The
+        layer taps it reads are host bookkeeping around them and stay eager."""
+        self.module.fc.forward = compile(self.module.fc.forward)
+        self.module.layer.keys_values = compile(self.module.layer.keys_values)
+        self.module.layer.attend = compile(self.module.layer.attend)
+        return ["fc", "layer keys/values", "layer attention"]
 
     def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5) -> None:
         super().__init__(checkpoint, None, False)

@@ -19,7 +19,7 @@
 set -uo pipefail
 out=${1:?usage: $0 OUT_DIR [DTYPE]}; dtype=${2:-float32}
 mkdir -p "$out"
-# sps's default int8 self-draft is CPU only; eagle3 is not capturable (it runs eagerly in the compiled regime)
+# sps's default int8 self-draft is CPU only (sps is not capturable: it runs eagerly in the compiled regime)
 drafters=${DRAFTERS:-vanilla,ngram,medusa,hydra,ctc,ctc-ce,eagle,eagle3}
 budgets=${BUDGETS:-16,ngram=5,medusa=16,ctc=32,ctc-ce=16,eagle=32,eagle3=32}
 export SPECBENCH_NO_PROGRESS=1

@@ -176,7 +176,7 @@ def test_every_compiled_function_is_one_graph_without_breaks(drafter_for, monkey
     explaining(static_cache.move_slots)(cache, torch.tensor([0, 2, 1, 3]), cache.length)
     names = set(explained)
     assert {"TargetModel._static_step", "TargetModel._batch_step", "move_slots"} <= names
-    assert len(names) >= 3 + 4  # and the drafters' parts (medusa's heads, hydra's, ctc's, eagle's)
+    assert len(names) >= 3 + 5  # and the drafters' parts (medusa's heads, hydra's, ctc's, eagle's, eagle3's)
     for name, explanation in explained.items():
         assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), (name, explanation.break_reasons)
 
@@ -194,9 +194,10 @@ def eager_twin():
     return make_target(build_tiny_model("llama"))
 
 
-# every capturable built-in once (its parts compiled), plus vanilla, a training-free drafter and eagle3
+# every capturable built-in once (its parts compiled), plus vanilla and a training-free drafter; eagle3's parts run
+# compiled on the layer taps the compiled step returns
 COMPILED_CASES = [("vanilla", 1), ("ngram", 3), ("ngram", 16), ("medusa", 3), ("hydra", 3), ("ctc", 3), ("eagle", 3),
-                  ("eagle3", 3)]  # eagle3: not capturable, reads the layer taps the compiled step returns
+                  ("eagle3", 3)]
 
 
 @pytest.mark.parametrize("name,budget", COMPILED_CASES, ids=[f"{n}@{b}" for n, b in COMPILED_CASES])
@@ -219,7 +220,8 @@ def test_capturable_drafters_run_their_parts_compiled(compiled_target, drafter_f
     class PlugIn(Drafter):
         pass
 
-    drafters = {name: drafter_for(name, compiled_target) for name in ("medusa", "hydra", "ctc", "eagle", "ngram", "sps")}
+    drafters = {name: drafter_for(name, compiled_target)
+                for name in ("medusa", "hydra", "ctc", "eagle", "eagle3", "ngram", "sps")}
     drafters["plug-in"] = PlugIn()
     for drafter in drafters.values():
         drafter.reset(compiled_target.handle)
@@ -227,7 +229,7 @@ def test_capturable_drafters_run_their_parts_compiled(compiled_target, drafter_f
     assert record["medusa"]["compiled"] == ["heads"]
     assert record["hydra"]["compiled"][0] == "head 1"
     assert record["ctc"]["compiled"] == ["context features", "context keys/values", "slot layer"]
-    assert record["eagle"]["compiled"] == ["fc", "layer keys/values", "layer attention"]
+    assert record["eagle"]["compiled"] == record["eagle3"]["compiled"] == ["fc", "layer keys/values", "layer attention"]
     for name in ("ngram", "sps", "plug-in"):
         assert record[name]["compiled"] == [] and record[name]["eager"].startswith("not capturable")
     assert drafters_regime(make_target(build_tiny_model("llama")), drafters) == {}  # eager: nothing recorded
