@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The step-decay question at the recipe of cpu-2026-11-27-eagle3's eagle3-3000x1 (its baseline: float32, 8,192 draft
+# tokens, epoch 1 of a 2-epoch schedule, step decay 0.8) with --step-decay 0.5, on a CPU without AVX-512 bf16 or
+# AMX, where the bf16 recipe of run.sh trained too slowly for one session (no step-250 checkpoint in 40 minutes).
+# Trains epoch 1 of 2, stops, writes the checkpoint from epoch 1 (the baseline's own two commands), replays MT-bench
+# limit 1 at budgets 4, 8, 16, 32 as that run's replay/mtbench-limit1-eagle3-3000x1.csv did. WORK and CACHE as in
+# run.sh (the cache: the first 3,000 train and 64 held-out prompts, layers 2, 15, 27).
+source "$(dirname "$0")/../cpu-2026-11-28-eagle3-full/lib.sh"
+stem=eagle3-3000x1-v8192-fp32-sd05
+options=(--samples-per-step 4 --lr 1e-3 --draft-vocab 8192 --dtype float32 --checkpoint-steps 250 --step-decay 0.5
+         --max-train-samples 3000)
+if [ ! -e "$work/$stem.safetensors" ]; then
+    if [ ! -e "$work/$stem.epoch1.pt" ]; then
+        train eagle3 "$stem" --epochs 2 "${options[@]}" &
+        while [ ! -e "$work/$stem.epoch1.pt" ] && kill -0 $! 2>/dev/null; do sleep 10; done
+        sleep 5; pkill -f "out-checkpoint $work/$stem" ; wait
+    fi
+    train eagle3 "$stem" --epochs 1 "${options[@]}" || exit 1  # resumes from epoch 1 and writes the checkpoint
+fi
+echo "$(date +%T) replay $stem"
+/usr/bin/time -f "replay %e s" .venv/bin/specbench replay --model default --drafters eagle3 \
+    --drafter-option "eagle3.checkpoint=$work/$stem" --bench mt_bench --limit 1 --max-new-tokens 128 \
+    --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit1-$stem.csv"
+echo "$(date +%T) done"
