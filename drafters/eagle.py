@@ -29,6 +29,7 @@ from torch import nn
 from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.dynamic_tree import DynamicTreeDrafter
+from specbench.drafters.layers import compile_draft_layer
 from specbench.drafters.prefix_attention import PrefixAttention, PrefixCache
 from specbench.errors import DrafterOptionError
 
@@ -96,12 +97,9 @@ class EagleDrafter(DynamicTreeDrafter, CheckpointDrafter):
     capturable = True
 
     def compile_parts(self, compile):
-        """The fc fusion and the draft layer's two halves (keys/values of new rows; attention of new rows over
-        the draft cache, whose length grows: dynamo makes it symbolic)."""
+        """The fc fusion and the draft layer's two halves (`compile_draft_layer`)."""
         self.module.fuse = compile(self.module.fuse)
-        self.module.layer.keys_values = compile(self.module.layer.keys_values)
-        self.module.layer.attend = compile(self.module.layer.attend)
-        return ["fc", "layer keys/values", "layer attention"]
+        return ["fc", *compile_draft_layer(self.module.layer, compile)]
 
     def __init__(self, checkpoint: str | None = None, draft_vocab: int | None = None, top_k: int = 8,
                  depth: int = 5, context_vocab: bool | str = True) -> None:

@@ -37,7 +37,7 @@ from specbench.drafter import DraftContext, TargetHandle
 from specbench.drafters.checkpointed import CheckpointDrafter
 from specbench.drafters.draft_vocab import DraftVocab
 from specbench.drafters.dynamic_tree import DynamicTreeDrafter
-from specbench.drafters.layers import ROPE_BASE, KVCache, RMSNorm, rope
+from specbench.drafters.layers import ROPE_BASE, KVCache, RMSNorm, compile_draft_layer, rope
 from specbench.drafters.speculators import default_layer_ids, read_eagle3_directory
 from specbench.errors import DrafterOptionError, SpecbenchError
 from specbench.verify import VerifyOutcome
@@ -208,13 +208,10 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     capturable = True
 
     def compile_parts(self, compile):
-        """The fc fusion of the target's layer features and the draft layer's two halves (keys/values of new rows;
-        attention of new rows over the draft cache, whose length grows: dynamo makes it symbolic), as eagle's. The
-        layer taps it reads are host bookkeeping around them and stay eager."""
+        """The fc fusion of the target's layer features and the draft layer's two halves (`compile_draft_layer`), as
+        eagle's. The layer taps it reads are host bookkeeping around them and stay eager."""
         self.module.fc.forward = compile(self.module.fc.forward)
-        self.module.layer.keys_values = compile(self.module.layer.keys_values)
-        self.module.layer.attend = compile(self.module.layer.attend)
-        return ["fc", "layer keys/values", "layer attention"]
+        return ["fc", *compile_draft_layer(self.module.layer, compile)]
 
     def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5) -> None:
         super().__init__(checkpoint, None, False)

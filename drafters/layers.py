@@ -1,10 +1,12 @@
 """Small pieces several drafters share: a zero-initialised residual block, the projections of one decoder
-layer, a per-sequence key/value cache and rotary position embedding."""
+layer, the compiled regime's split of an EAGLE-style draft layer, a per-sequence key/value cache and rotary
+position embedding."""
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -56,6 +58,14 @@ def mlp_residual(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x + down(SiLU(gate(n)) * up(n))`` with ``n = mlp_norm(x)``, for a module set up by `add_attention_and_mlp`."""
     normed = module.mlp_norm(x)
     return x + module.down_proj(nn.functional.silu(module.gate_proj(normed)) * module.up_proj(normed))
+
+
+def compile_draft_layer(layer: nn.Module, compile: Callable[[Callable], Callable]) -> list[str]:
+    """Compile an EAGLE-style draft layer's two halves in place: keys/values of new rows and attention of new rows
+    over the draft cache (whose length grows: dynamo makes it symbolic). Their names, for `Drafter.compile_parts`."""
+    layer.keys_values = compile(layer.keys_values)
+    layer.attend = compile(layer.attend)
+    return ["layer keys/values", "layer attention"]
 
 
 class KVCache:

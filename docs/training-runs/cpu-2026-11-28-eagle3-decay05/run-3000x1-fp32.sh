@@ -17,8 +17,4 @@ if [ ! -e "$work/$stem.safetensors" ]; then
     fi
     train eagle3 "$stem" --epochs 1 "${options[@]}" || exit 1  # resumes from epoch 1 and writes the checkpoint
 fi
-echo "$(date +%T) replay $stem"
-/usr/bin/time -f "replay %e s" .venv/bin/specbench replay --model default --drafters eagle3 \
-    --drafter-option "eagle3.checkpoint=$work/$stem" --bench mt_bench --limit 1 --max-new-tokens 128 \
-    --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit1-$stem.csv"
-echo "$(date +%T) done"
+replay eagle3 "$stem" 1

@@ -19,11 +19,12 @@ train() {  # train METHOD OUT_STEM [specbench train options...]: on every cached
         --threads 2 --no-progress --out-checkpoint "$work/$out" "$@"
 }
 
-replay() {  # replay METHOD STEM: MT-bench limit 2, 128 new tokens, budgets 4, 8, 16, 32 -> $work/mtbench-limit2-STEM.csv
-    local method=$1 stem=$2
+replay() {  # replay METHOD STEM [LIMIT]: MT-bench LIMIT (default 2) questions per category, 128 new tokens, budgets
+    # 4, 8, 16, 32 -> $work/mtbench-limitLIMIT-STEM.csv
+    local method=$1 stem=$2 limit=${3:-2}
     echo "$(date +%T) replay $stem"
     /usr/bin/time -f "replay %e s" .venv/bin/specbench replay --model default --drafters "$method" \
-        --drafter-option "$method.checkpoint=$work/$stem" --bench mt_bench --limit 2 --max-new-tokens 128 \
-        --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit2-$stem.csv"
+        --drafter-option "$method.checkpoint=$work/$stem" --bench mt_bench --limit "$limit" --max-new-tokens 128 \
+        --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit$limit-$stem.csv"
     echo "$(date +%T) done"
 }
