@@ -202,7 +202,10 @@ def check_vocabulary(module: Eagle3Module, where: str) -> None:
 class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     """EAGLE-3 drafter; options: ``checkpoint`` (a specbench checkpoint stem, a speculators-format directory,
     or the authors' EAGLE-3 directory: config.json + pytorch_model.bin / model.safetensors), ``top_k`` (children
-    per expanded node and frontier width, default 8) and ``depth`` (expansions per step, default 5)."""
+    per expanded node and frontier width, default 8), ``depth`` (expansions per step, default 5) and
+    ``context_vocab`` (default False): score the sequence's own tokens that the draft vocabulary lacks with the
+    target's ``lm_head`` rows, as eagle's cut does (`DraftVocab.follow_context`). It fits eagle3, whose head
+    starts from those rows and stays near them, where a head of another shape (medusa) lost tau with them."""
 
     method = "eagle3"
     capturable = True
@@ -213,8 +216,9 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
         self.module.fc.forward = compile(self.module.fc.forward)
         return ["fc", *compile_draft_layer(self.module.layer, compile)]
 
-    def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5) -> None:
-        super().__init__(checkpoint, None, False)
+    def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5,
+                 context_vocab: bool | str = False) -> None:
+        super().__init__(checkpoint, None, context_vocab)
         if top_k < 1 or depth < 0:
             raise DrafterOptionError(f"eagle3 needs top_k >= 1 and depth >= 0, got top_k={top_k}, depth={depth}")
         self.top_k, self.depth = top_k, depth
@@ -246,6 +250,8 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
             vocab.ids = ids  # row i scores token ids[i], in the checkpoint's order
         elif not torch.equal(ids, torch.arange(vocab_size, device=ids.device)):
             vocab.ids = ids  # a full vocabulary in another order
+        if self.context_vocab:
+            vocab.context_rows = target.lm_head  # a context token outside V' is scored by the target's row
         return vocab
 
     # ---- one sequence ----------------------------------------------------------------------------------------

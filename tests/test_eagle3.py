@@ -44,6 +44,37 @@ def test_untrained_eagle3_equals_greedy_at_every_budget(tiny_target, reference, 
             assert generate(tiny_target, drafter, prompt, 24, budget).output_ids == reference(prompt, 24), budget
 
 
+def test_context_vocab_scores_the_sequences_own_tokens_with_the_targets_rows(llama_target, stem):
+    """With context_vocab the draft vocabulary gains the prompt's and answer's tokens outside its V' rows (each
+    scored by the target's lm_head row); without it (the default) none. Both decode plain greedy, the option is
+    part of the drafter's identity, and a new sequence forgets the last one's words."""
+    own = Eagle3Drafter(checkpoint=str(stem))
+    own.reset(llama_target.handle)
+    rows = set(own.vocab.ids.tolist())
+    prompt = [token for token in range(llama_target.handle.lm_head.weight.shape[0]) if token not in rows][:3] + \
+        sorted(rows)[:3]
+    greedy = plain_greedy(llama_target.model, prompt, 20, llama_target.eos_ids)
+    identities = []
+    for context_vocab in (True, "false"):
+        drafter = Eagle3Drafter(checkpoint=str(stem), context_vocab=context_vocab)
+        result = generate(llama_target, drafter, prompt, 20, 8)
+        assert result.output_ids == greedy
+        outside = set(drafter.vocab.columns.tolist()) - rows
+        if context_vocab is True:
+            assert set(prompt) - rows <= outside <= set(prompt + result.output_ids) - rows
+            extra = drafter.vocab.columns[len(rows):]
+            features = torch.randn(2, llama_target.handle.lm_head.weight.shape[1])
+            with torch.inference_mode():
+                assert torch.allclose(drafter.vocab.logits(features)[:, len(rows):],
+                                      llama_target.handle.lm_head(features)[:, extra], atol=1e-5)
+        else:
+            assert not outside
+        identities.append(drafter.identity())
+        drafter.reset(llama_target.handle)
+        assert drafter.vocab.columns.tolist() == drafter.vocab.ids.tolist()
+    assert identities[0] != identities[1]
+
+
 def test_taps_record_the_hidden_states_entering_layers(tiny_target):
     taps = tiny_target.handle.taps
     taps.request([0, 1, 2])
