@@ -56,6 +56,20 @@ def coverage(answers: list[Answer], vocabulary: set[int]) -> float:
     return sum(token in vocabulary for token in tokens) / len(tokens)
 
 
+def coverage_with_context(answers: list[Answer], vocabulary: set[int]) -> float:
+    """The share of the answers' output tokens inside ``vocabulary`` or earlier in the same question's answers
+    (what ``eagle3.context_vocab`` adds as the target's rows; the prompt's own tokens, which it adds too, are not
+    stored in answers, so this is a lower bound)."""
+    inside = total = 0
+    for answer in answers:
+        seen: set[int] = set()
+        for ids in answer.output_ids:
+            for token in ids:
+                inside, total = inside + (token in vocabulary or token in seen), total + 1
+                seen.add(token)
+    return inside / total
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", type=Path, help="a run directory with its answers (vanilla's among them)")
@@ -63,14 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = load_run(args.run)
     uncapped = [name for name in sorted(runs) if name not in (BASELINE, "eagle3")]
-    print("| checkpoint | draft vocabulary | vanilla's tokens inside | " +
+    print("| checkpoint | draft vocabulary | vanilla's tokens inside | inside or earlier in the answer | " +
           " | ".join(f"{name}: tau lost (steps hit)" for name in uncapped) + " |")
-    print("| --- | ---: | ---: |" + " ---: |" * len(uncapped))
+    print("| --- | ---: | ---: | ---: |" + " ---: |" * len(uncapped))
     for stem in args.checkpoints:
         vocabulary = draft_vocabulary(stem)
         cells = [f"{loss:.3f} ({share:.3f})" for loss, share in
                  (capped_tau_loss(runs[name], vocabulary) for name in uncapped)]
-        print(f"| {stem.name} | {len(vocabulary)} | {coverage(runs[BASELINE], vocabulary):.3f} | " + " | ".join(cells) + " |")
+        print(f"| {stem.name} | {len(vocabulary)} | {coverage(runs[BASELINE], vocabulary):.3f} | "
+              f"{coverage_with_context(runs[BASELINE], vocabulary):.3f} | " + " | ".join(cells) + " |")
     return 0
 
 
