@@ -293,10 +293,12 @@ def test_layer_taps_give_each_row_its_own_forward(llama_target):
         torch.testing.assert_close(mine, taps.states([1], kind="step"), rtol=1e-4, atol=1e-5)
 
 
-def test_eagle3_rows_draft_what_each_drafts_alone(llama_target, tmp_path):
+@pytest.mark.parametrize("context_vocab", [False, True])
+def test_eagle3_rows_draft_what_each_drafts_alone(llama_target, tmp_path, context_vocab):
     """eagle3 reads the target's layer taps: at batch 3 with refill, every sequence proposes the very trees it
-    proposes alone (its own prefill's and its own row's features, never another row's), never falls back to
-    running the target itself, and its ids equal plain greedy decoding."""
+    proposes alone (its own prefill's and its own row's features, never another row's; with context_vocab its
+    own sequence's extra columns), never falls back to running the target itself, and its ids equal plain
+    greedy decoding."""
     from specbench.drafters.eagle3 import Eagle3Drafter, untrained_checkpoint
 
     stem = untrained_checkpoint(tmp_path / "e3", llama_target.handle, draft_vocab=60, seed=3)
@@ -334,11 +336,13 @@ def test_eagle3_rows_draft_what_each_drafts_alone(llama_target, tmp_path):
     alone = {}
     for job in jobs:
         Recording.trees = {}
-        generate(llama_target, Recording(checkpoint=str(stem)), job.prompt_ids, job.max_new_tokens, 6)
+        generate(llama_target, Recording(checkpoint=str(stem), context_vocab=context_vocab), job.prompt_ids,
+                 job.max_new_tokens, 6)
         alone.update(Recording.trees)
     Recording.trees = {}
     outputs = {job.key: result.output_ids
-               for job, result in generate_batch(llama_target, Recording(checkpoint=str(stem)), jobs, 6, 3)}
+               for job, result in generate_batch(llama_target, Recording(checkpoint=str(stem), context_vocab=context_vocab),
+                                                 jobs, 6, 3)}
     assert Recording.own_forwards == [0]
     assert Recording.trees == alone
     for job in jobs:
