@@ -50,23 +50,18 @@ def capped_tau_loss(answers: list[Answer], vocabulary: set[int]) -> tuple[float,
     return lost / steps, hit / steps
 
 
-def coverage(answers: list[Answer], vocabulary: set[int]) -> float:
-    """The share of the answers' output tokens inside ``vocabulary``."""
-    tokens = [token for answer in answers for ids in answer.output_ids for token in ids]
-    return sum(token in vocabulary for token in tokens) / len(tokens)
-
-
-def coverage_with_context(answers: list[Answer], vocabulary: set[int]) -> float:
-    """The share of the answers' output tokens inside ``vocabulary`` or earlier in the same question's answers
-    (what ``eagle3.context_vocab`` adds as the target's rows; the prompt's own tokens, which it adds too, are not
-    stored in answers, so this is a lower bound)."""
+def coverage(answers: list[Answer], vocabulary: set[int], context: bool = False) -> float:
+    """The share of the answers' output tokens inside ``vocabulary``; with ``context`` also those earlier in the
+    same question's answers (what ``eagle3.context_vocab`` adds as the target's rows; the prompt's own tokens,
+    which it adds too, are not stored in answers, so that share is a lower bound)."""
     inside = total = 0
     for answer in answers:
         seen: set[int] = set()
         for ids in answer.output_ids:
             for token in ids:
                 inside, total = inside + (token in vocabulary or token in seen), total + 1
-                seen.add(token)
+                if context:
+                    seen.add(token)
     return inside / total
 
 
@@ -85,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{loss:.3f} ({share:.3f})" for loss, share in
                  (capped_tau_loss(runs[name], vocabulary) for name in uncapped)]
         print(f"| {stem.name} | {len(vocabulary)} | {coverage(runs[BASELINE], vocabulary):.3f} | "
-              f"{coverage_with_context(runs[BASELINE], vocabulary):.3f} | " + " | ".join(cells) + " |")
+              f"{coverage(runs[BASELINE], vocabulary, context=True):.3f} | " + " | ".join(cells) + " |")
     return 0
 
 

@@ -68,15 +68,17 @@ class DraftVocab:
             self._project = self._cut_logits
 
     @classmethod
-    def of_projection(cls, projection: nn.Module, ranking: torch.Tensor | None, vocab_size: int) -> "DraftVocab":
+    def of_projection(cls, projection: nn.Module, ranking: torch.Tensor | None, vocab_size: int,
+                      context_rows: nn.Module | None = None) -> "DraftVocab":
         """A head's own output projection [V', H] (Medusa-1's layout) as a vocabulary: its rows are all V
         tokens, or (V' < V) the V' most frequent of ``ranking`` in ascending id order, as a cut copies them.
-        It takes no context columns: the head has no row of its own for a token outside its V', and the
-        target's row, scored against features trained for the head's rows, lost tau (the shipped medusa:
-        -0.003 on MT-bench and -0.015 on Spec-Bench at budget 16; docs/performance.md)."""
+        By default it takes no context columns: the head has no row of its own for a token outside its V', and
+        the target's row, scored against features trained for the head's rows, lost tau (the shipped medusa:
+        -0.003 on MT-bench and -0.015 on Spec-Bench at budget 16; docs/performance.md). ``context_rows`` [V, H]
+        (the target's lm_head) scores them where a drafter asks for it (eagle3's ``context_vocab``)."""
         vocab = cls(projection, None, 0)
         vocab.full_size = vocab_size
-        vocab.context_rows = None
+        vocab.context_rows = context_rows
         rows = projection.weight.shape[0]
         if rows < vocab_size:
             if ranking is None:

@@ -204,8 +204,8 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     or the authors' EAGLE-3 directory: config.json + pytorch_model.bin / model.safetensors), ``top_k`` (children
     per expanded node and frontier width, default 8), ``depth`` (expansions per step, default 5) and
     ``context_vocab`` (default False): score the sequence's own tokens that the draft vocabulary lacks with the
-    target's ``lm_head`` rows, as eagle's cut does (`DraftVocab.follow_context`). It fits eagle3, whose head
-    starts from those rows and stays near them, where a head of another shape (medusa) lost tau with them."""
+    target's ``lm_head`` rows, as eagle's cut does (`DraftVocab.follow_context`). Off by default: replayed on
+    MT-bench it adds at most 0.008 tau, since eagle3's features are trained for its own rows (docs/decisions.md)."""
 
     method = "eagle3"
     capturable = True
@@ -245,13 +245,13 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
             raise SpecbenchError(f"eagle3 checkpoint {self.checkpoint}: t2d covers {self.module.t2d.shape[0]} tokens, "
                                  f"the target has {vocab_size}")
         ids = self.module.token_ids()
-        vocab = DraftVocab.of_projection(self.module.lm_head, ids, vocab_size)
+        # with context_vocab a context token outside V' is scored by the target's row
+        vocab = DraftVocab.of_projection(self.module.lm_head, ids, vocab_size,
+                                         target.lm_head if self.context_vocab else None)
         if vocab.ids is not None:
             vocab.ids = ids  # row i scores token ids[i], in the checkpoint's order
         elif not torch.equal(ids, torch.arange(vocab_size, device=ids.device)):
             vocab.ids = ids  # a full vocabulary in another order
-        if self.context_vocab:
-            vocab.context_rows = target.lm_head  # a context token outside V' is scored by the target's row
         return vocab
 
     # ---- one sequence ----------------------------------------------------------------------------------------

@@ -332,17 +332,17 @@ def test_eagle3_rows_draft_what_each_drafts_alone(llama_target, tmp_path, contex
             self.own_forwards[0] += 1
             return super().own_forward(ctx)
 
+    def drafter() -> Recording:
+        return Recording(checkpoint=str(stem), context_vocab=context_vocab)
+
     jobs = [Job(list(p), m, key=i) for i, (p, m) in enumerate(zip(PROMPTS, MAX_NEW))]
     alone = {}
     for job in jobs:
         Recording.trees = {}
-        generate(llama_target, Recording(checkpoint=str(stem), context_vocab=context_vocab), job.prompt_ids,
-                 job.max_new_tokens, 6)
+        generate(llama_target, drafter(), job.prompt_ids, job.max_new_tokens, 6)
         alone.update(Recording.trees)
     Recording.trees = {}
-    outputs = {job.key: result.output_ids
-               for job, result in generate_batch(llama_target, Recording(checkpoint=str(stem), context_vocab=context_vocab),
-                                                 jobs, 6, 3)}
+    outputs = {job.key: result.output_ids for job, result in generate_batch(llama_target, drafter(), jobs, 6, 3)}
     assert Recording.own_forwards == [0]
     assert Recording.trees == alone
     for job in jobs:
