@@ -17,6 +17,8 @@ from specbench.drafters.speculators import default_layer_ids
 from specbench.drafters.training.distill import iter_samples
 from specbench.drafters.training.eagle3 import (
     Eagle3TrainConfig,
+    column_mask,
+    context_columns,
     draft_token_ids,
     train_eagle3,
     ttt_loss,
@@ -91,6 +93,56 @@ def test_the_loss_weights_each_step_as_the_released_trainer(llama_target, traine
     assert len(per_step) == 4 and per_step[0] == pytest.approx(only)
     assert total.item() == pytest.approx(sum(0.8 ** j * loss for j, loss in enumerate(per_step)), rel=1e-5)
     assert first.item() == pytest.approx(only)
+
+
+def test_context_columns_are_the_tokens_outside_the_draft_vocabulary_each_from_where_it_is_seen(llama_target, trained):
+    """``context_vocab``'s columns: the sample's distinct tokens outside V' with their first positions; anchor t
+    sees a column once its token occurred at or before t + 1 (x_{t+1} is the anchor's input token)."""
+    config, _ = trained
+    drafter = Eagle3Drafter(checkpoint=config.out)
+    drafter.reset(llama_target.handle)
+    module = drafter.module
+    sample = next(iter(iter_samples(Path(config.cache), "train")))
+    ids = sample.input_ids.tolist()
+    extra, first = context_columns(module, sample, True)
+    outside = [token for token in ids if not module.t2d[token]]
+    assert extra.tolist() == sorted(set(outside)) and len(extra) > 1
+    assert first.tolist() == [ids.index(token) for token in extra.tolist()]
+    assert context_columns(module, sample, False)[0].numel() == 0
+    mask = column_mask(60, first, torch.arange(len(ids) - 1))  # [L - 1, 60 + C]
+    assert (mask[:, :60] == 0).all()
+    for t in range(len(ids) - 1):
+        assert [token for token, m in zip(extra.tolist(), mask[t, 60:].tolist()) if m == 0] == sorted(
+            {token for token in ids[: t + 2] if not module.t2d[token]})
+
+
+def test_the_context_loss_is_the_kl_over_each_anchors_own_columns(llama_target, trained):
+    """ttt_loss with context columns at step 1, recomputed anchor by anchor: the draft head's V' rows plus the
+    target's rows of the tokens the anchor has seen outside V', the teacher cut to the same columns, anchors
+    whose target top token is among them. Without the columns the loss differs (the sample has such tokens)."""
+    config, _ = trained
+    drafter = Eagle3Drafter(checkpoint=config.out)
+    drafter.reset(llama_target.handle)
+    module = drafter.module
+    sample = next(iter(iter_samples(Path(config.cache), "train")))
+    ids, start = sample.input_ids.tolist(), sample.prompt_len - 1
+    with torch.no_grad():
+        (total, (loss,)), plain = ttt_loss(module, llama_target, sample, 1, 0.8, True), ttt_loss(
+            module, llama_target, sample, 1, 0.8)
+        h = unrolled_outputs(module, llama_target, sample, 1)[0]  # [L - 1, H]
+        full = llama_target.lm_head(sample.hidden.float()).float()  # [L, V]
+        expected = []
+        for t in range(start, len(ids) - 1):
+            seen = sorted({token for token in ids[: t + 2] if not module.t2d[token]})
+            columns = torch.cat([module.token_ids(), torch.tensor(seen, dtype=torch.long)])
+            normed = module.norm(h[t])
+            logits = torch.cat([module.lm_head(normed), llama_target.lm_head.weight[seen].float() @ normed])
+            teacher = full[t + 1, columns].softmax(-1)
+            kl = (teacher * (teacher.log() - logits.log_softmax(-1))).sum()
+            expected.append(kl if bool((columns == full[t + 1].argmax()).any()) else torch.tensor(0.0))
+    assert loss == pytest.approx(torch.stack(expected).mean().item(), rel=1e-4, abs=1e-6)
+    assert total.item() == pytest.approx(loss)
+    assert plain[1][0] != pytest.approx(loss, rel=1e-4)
 
 
 def test_training_lowers_the_loss_resumes_and_writes_the_learning_curve(llama_target, trained):

@@ -22,6 +22,13 @@ recorded losses are KL divergences, 0 for a draft that matches the target, and c
 counts loss-masked tokens), topped up by the cache's overall ranking when fewer occur, sorted by id: d2t/t2d.
 specbench starts the draft ``lm_head`` from the target's rows of those tokens (a warm start, its own choice).
 
+**Context columns** (``context_vocab``, specbench's own, off by default). The drafter's ``context_vocab`` option
+also scores the sequence's own tokens outside V' with the target's ``lm_head`` rows; trained without them, the
+features never learn to score those rows and the option gains almost nothing (docs/decisions.md). With
+``context_vocab`` the loss (and the learning curve) takes the same columns: anchor t's columns are V' plus the
+sample's tokens x_0..x_{t+1} outside V' (what the drafter has seen when it drafts from t), each the target's row;
+the teacher is cut to the same columns.
+
 **Learning curve.** The held-out acceptance is measured before training and after every epoch: the greedy
 chain's acceptance along the held-out responses (the target's own greedy output, so a draft equal to the next
 response token is exactly a token greedy verification accepts), by depth, and its expected tokens per step
@@ -68,6 +75,7 @@ class Eagle3TrainConfig(SampleTrainConfig):
     step_decay: float = STEP_DECAY  # step j's loss weight is step_decay^(j-1)
     draft_vocab: int = DRAFT_VOCAB  # tokens the draft's own head scores (capped at the target's vocabulary)
     eval_depth: int = 5  # depth of the held-out chain acceptance (the learning curve)
+    context_vocab: bool = False  # also train the sample's own tokens outside V' as columns (the target's rows)
 
     def validate(self) -> None:
         if self.method != "eagle3":
@@ -121,43 +129,97 @@ def unrolled_outputs(module: Eagle3Module, target: TargetModel, sample: Sample, 
     return module.forward_unrolled(aux, torch.cat([embeddings, padding]), levels)
 
 
-def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: int, decay: float
-             ) -> tuple[torch.Tensor, list[float]] | None:
-    """(the weighted TTT loss, each step's unweighted loss) of one sample; None without a response anchor."""
+def context_columns(module: Eagle3Module, sample: Sample, context: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [C], first position [C]) of the sample's distinct tokens outside the draft vocabulary, each with the
+    position where it first occurs; empty without ``context``."""
+    ids = sample.input_ids.to(module.t2d.device).long()  # [L]
+    if not context:
+        return ids.new_zeros(0), ids.new_zeros(0)
+    outside = ~module.t2d[ids]
+    extra = ids[outside].unique()  # [C], ascending
+    positions = torch.arange(len(ids), device=ids.device)[outside]
+    first = torch.full((module.t2d.shape[0],), len(ids), dtype=torch.long, device=ids.device)
+    first.scatter_reduce_(0, ids[outside], positions, "amin")
+    return extra, first[extra]
+
+
+def draft_logits(module: Eagle3Module, target: TargetModel, h: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+    """logits [R, V' + C] of h [R, H]: the draft head's V' rows, then the target's ``lm_head`` rows of ``extra``
+    [C] (the drafter's context columns, `DraftVocab.follow_context`)."""
+    normed = module.norm(h)
+    logits = module.lm_head(normed)  # [R, V']
+    if extra.numel() == 0:
+        return logits
+    rows = target.lm_head.weight.detach()[extra.to(target.lm_head.weight.device)].to(normed.device, normed.dtype)
+    bias = getattr(target.lm_head, "bias", None)
+    bias = None if bias is None else bias.detach()[extra.to(bias.device)].to(normed.device, normed.dtype)
+    return torch.cat([logits, torch.nn.functional.linear(normed, rows, bias)], dim=-1)  # [R, V' + C]
+
+
+#: the logit of a column an anchor has not seen (finite, so 0 * log 0 terms stay 0, not nan)
+HIDDEN_COLUMN = -1e9
+
+
+def column_mask(draft_size: int, first: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """[R, V' + C] additive mask: 0 where anchor ``anchors`` [R] has seen the column's token (every V' column;
+    a context column once its token occurred at or before anchor t + 1), HIDDEN_COLUMN elsewhere."""
+    seen = first[None, :] <= anchors[:, None] + 1  # [R, C]
+    mask = torch.zeros(len(anchors), draft_size + len(first), device=anchors.device)
+    mask[:, draft_size:] = torch.where(seen, 0.0, HIDDEN_COLUMN)
+    return mask
+
+
+def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: int, decay: float,
+             context: bool = False) -> tuple[torch.Tensor, list[float]] | None:
+    """(the weighted TTT loss, each step's unweighted loss) of one sample; None without a response anchor.
+    ``context``: also score the sample's own tokens outside V' (`context_columns`), each where the anchor has
+    seen it."""
     length, start = len(sample.input_ids), sample.prompt_len - 1
     if length - 1 - start < 1:
         return None
-    draft_ids = module.token_ids()  # [V']
+    extra, first = context_columns(module, sample, context)
+    columns = torch.cat([module.token_ids(), extra.to(module.d2t.device)])  # [V' + C]
     with torch.no_grad():
         full = target.lm_head(sample.hidden[start + 1 : length].to(target.device, torch.float32)).float()  # [n, V]
-        teacher_log = full[:, draft_ids].log_softmax(dim=-1)  # [n, V'] positions start+1 .. L-1
-        teacher = teacher_log.exp()
-        entropy = -(teacher * teacher_log).sum(dim=-1)  # [n]
-        in_vocab = module.t2d[full.argmax(dim=-1)].float()  # [n]: the target's top token is draftable
+        teacher_logits = full[:, columns.to(full.device)]  # [n, V' + C] positions start+1 .. L-1
+        top = full.argmax(dim=-1).to(columns.device)  # [n]
     outs = unrolled_outputs(module, target, sample, steps)
     total, per_step = 0.0, []
     for step, h in enumerate(outs, start=1):
         rows = length - start - step  # anchors start .. L-1-step
         if rows < 1:
             break
-        log_p = module.lm_head(module.norm(h[start : start + rows])).float().log_softmax(dim=-1)  # [rows, V']
+        anchors = torch.arange(start, start + rows, device=columns.device)
+        mask = column_mask(module.d2t.shape[0], first.to(columns.device), anchors)  # [rows, V' + C]
         window = slice(step - 1, step - 1 + rows)
-        cross_entropy = -(teacher[window] * log_p).sum(dim=-1)  # [rows]
-        loss = (in_vocab[window] * (cross_entropy - entropy[window])).mean()  # KL: the CE's gradient, 0 when exact
+        with torch.no_grad():
+            teacher_log = (teacher_logits[window] + mask.to(full.device)).log_softmax(dim=-1)  # [rows, V' + C]
+            teacher = teacher_log.exp()
+            entropy = -(teacher * teacher_log).sum(dim=-1)  # [rows]
+            # the target's top token is one of the anchor's columns
+            in_vocab = ((columns[None, :] == top[window, None]) & (mask == 0)).any(dim=-1).float().to(full.device)
+        logits = draft_logits(module, target, h[start : start + rows], extra).float()  # [rows, V' + C]
+        log_p = (logits + mask.to(logits.device)).log_softmax(dim=-1)
+        cross_entropy = -(teacher * log_p).sum(dim=-1)  # [rows]
+        loss = (in_vocab * (cross_entropy - entropy)).mean()  # KL: the CE's gradient, 0 when exact
         total = total + decay ** (step - 1) * loss
         per_step.append(loss.item())
     return total, per_step
 
 
 @torch.no_grad()
-def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterable[Sample], levels: int) -> dict:
+def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterable[Sample], levels: int,
+                     context: bool = False) -> dict:
     """Held-out acceptance of the greedy draft chain by depth (`chain_scores`): the draft unrolled on its own
-    features as in training-time test (see the module docstring)."""
-    ids = module.token_ids()
+    features as in training-time test (see the module docstring); ``context`` as `ttt_loss`'s."""
 
     def drafted(sample: Sample, start: int, end: int) -> list[torch.Tensor]:
+        extra, first = context_columns(module, sample, context)
+        columns = torch.cat([module.token_ids(), extra])  # [V' + C]
+        mask = column_mask(module.d2t.shape[0], first, torch.arange(start, end, device=columns.device))
         outs = unrolled_outputs(module, target, sample, levels)  # levels x [L', H]
-        return [ids[module.lm_head(module.norm(h[start:end])).argmax(dim=-1)] for h in outs]  # levels x [R]
+        return [columns[(draft_logits(module, target, h[start:end], extra).float() + mask).argmax(dim=-1)]
+                for h in outs]  # levels x [R]
 
     return chain_scores(module, samples, levels, drafted)
 
@@ -186,11 +248,11 @@ def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool 
             module.lm_head.weight.copy_(target.lm_head.weight[token_ids.to(target.device)])  # warm start [V', H]
 
     def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
-        out = ttt_loss(module, target, sample, config.ttt_steps, config.step_decay)
+        out = ttt_loss(module, target, sample, config.ttt_steps, config.step_decay, config.context_vocab)
         return None if out is None else out[0]
 
     def measure() -> dict:
-        return chain_acceptance(module, target, heldout, config.eval_depth)
+        return chain_acceptance(module, target, heldout, config.eval_depth, config.context_vocab)
 
     tokens_before = provenance["tokens_seen"] if provenance else 0
     start_point = {"epoch": 0, "tokens_seen": tokens_before} | measure()
@@ -198,7 +260,8 @@ def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool 
     history, seconds = train_loop(module, data, target, config, progress)
     with autocast(target.device, config.dtype):
         metrics = measure()
-        step_losses = [ttt_loss(module, target, sample, config.ttt_steps, config.step_decay) for sample in heldout]
+        step_losses = [ttt_loss(module, target, sample, config.ttt_steps, config.step_decay, config.context_vocab)
+                       for sample in heldout]
     per_step = [[losses[j] for _, losses in filter(None, step_losses) if j < len(losses)] for j in range(config.ttt_steps)]
     metrics["heldout_step_loss"] = [round(sum(x) / len(x), 4) if x else None for x in per_step]
     curve = data.write_curve(Path(config.out), start_point, history, len(heldout),

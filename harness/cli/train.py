@@ -109,6 +109,9 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
                             "the loss on the first draft (default 0.8)")
     parser.add_argument("--draft-vocab", type=int, default=None,
                        help="eagle3: tokens its own head scores, the most frequent response tokens (default 32000)")
+    parser.add_argument("--context-vocab", action="store_true", default=None,
+                       help="eagle3: also train on the sample's own tokens outside the draft vocabulary, scored by "
+                            "the target's lm_head rows (for the drafter's context_vocab option)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     parser.add_argument("--checkpoint-steps", type=int, default=500,
                         help="also checkpoint every N optimiser steps within an epoch (STEM.partial.pt), so a stopped "
@@ -344,7 +347,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     # an unknown method, another method's option, a bad value: one line each, before a model loads
     refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
                           own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, step_decay=args.step_decay,
-                          draft_vocab=args.draft_vocab,
+                          draft_vocab=args.draft_vocab, context_vocab=args.context_vocab,
                           noise=args.noise, unroll=args.unroll)
     check_out_file(args.out_checkpoint, "--out-checkpoint", "checkpoint stem")
     config = _train_config(args, cache=args.cache or "", out=args.out_checkpoint or "")
@@ -386,7 +389,7 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
         return cls(**shared, **samples, num_slots=args.num_slots, num_labels=args.num_labels,
                    slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None)
     if cls is Eagle3TrainConfig:
-        own = {name: getattr(args, name) for name in ("ttt_steps", "step_decay", "draft_vocab")
+        own = {name: getattr(args, name) for name in ("ttt_steps", "step_decay", "draft_vocab", "context_vocab")
                if getattr(args, name) is not None}
         return cls(**shared, **samples, **own)
     own = {name: getattr(args, name) for name in ("noise", "unroll") if getattr(args, name) is not None}
