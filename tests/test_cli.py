@@ -57,6 +57,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "eagle", "--ttt-steps", "3"], ["--ttt-steps is an eagle3 option, not eagle's"]),
         (["train", "eagle3", "--step-decay", "0"], ["--step-decay must be in (0, 1], not 0.0"]),
         (["train", "ctc", "--step-decay", "0.5"], ["--step-decay is an eagle3 option, not ctc's"]),
+        (["train", "eagle", "--context-vocab"], ["--context-vocab is an eagle3 option, not eagle's"]),
         (["train", "eagle3", "--noise", "0.2"], ["--noise is an eagle option, not eagle3's"]),
         (["train", "eagle3", "--unroll", "3"], ["--unroll is an eagle option, not eagle3's"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
@@ -252,7 +253,8 @@ def test_sampled_run_records_its_settings_and_seeds_and_resumes(tmp_path, defaul
 
 
 def test_train_step_decay_reaches_the_eagle3_config():
-    """`--step-decay` sets the eagle3 training config's TTT loss decay; left out, the config keeps its default."""
+    """`--step-decay` sets the eagle3 training config's TTT loss decay and `--context-vocab` its context columns;
+    left out, the config keeps its defaults."""
     from specbench.drafters.training.eagle3 import STEP_DECAY
     from specbench.harness.cli import build_parser
     from specbench.harness.cli.train import _train_config
@@ -261,3 +263,5 @@ def test_train_step_decay_reaches_the_eagle3_config():
     given = _train_config(parser.parse_args(["train", "eagle3", "--step-decay", "0.5"]), cache="c", out="o")
     default = _train_config(parser.parse_args(["train", "eagle3"]), cache="c", out="o")
     assert given.step_decay == 0.5 and default.step_decay == STEP_DECAY != 0.5
+    context = _train_config(parser.parse_args(["train", "eagle3", "--context-vocab"]), cache="c", out="o")
+    assert context.context_vocab is True and default.context_vocab is False

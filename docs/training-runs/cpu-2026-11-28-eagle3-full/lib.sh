@@ -19,12 +19,14 @@ train() {  # train METHOD OUT_STEM [specbench train options...]: on every cached
         --threads 2 --no-progress --out-checkpoint "$work/$out" "$@"
 }
 
-replay() {  # replay METHOD STEM [LIMIT]: MT-bench LIMIT (default 2) questions per category, 128 new tokens, budgets
-    # 4, 8, 16, 32 -> $work/mtbench-limitLIMIT-STEM.csv
-    local method=$1 stem=$2 limit=${3:-2}
-    echo "$(date +%T) replay $stem"
+replay() {  # replay METHOD STEM [LIMIT [TAG DRAFTER_OPTION...]]: MT-bench LIMIT (default 2) questions per category, 128
+    # new tokens, budgets 4, 8, 16, 32, each DRAFTER_OPTION (key=value) given -> $work/mtbench-limitLIMIT-STEMTAG.csv
+    local method=$1 stem=$2 limit=${3:-2} tag=${4:-}
+    local options=()
+    for option in "${@:5}"; do options+=(--drafter-option "$method.$option"); done
+    echo "$(date +%T) replay $stem$tag"
     /usr/bin/time -f "replay %e s" .venv/bin/specbench replay --model default --drafters "$method" \
-        --drafter-option "$method.checkpoint=$work/$stem" --bench mt_bench --limit "$limit" --max-new-tokens 128 \
-        --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit$limit-$stem.csv"
+        --drafter-option "$method.checkpoint=$work/$stem" "${options[@]}" --bench mt_bench --limit "$limit" \
+        --max-new-tokens 128 --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit$limit-$stem$tag.csv"
     echo "$(date +%T) done"
 }
