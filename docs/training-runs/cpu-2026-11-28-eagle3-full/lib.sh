@@ -21,12 +21,14 @@ train() {  # train METHOD OUT_STEM [specbench train options...]: on every cached
 
 replay() {  # replay METHOD STEM [LIMIT [TAG DRAFTER_OPTION...]]: MT-bench LIMIT (default 2) questions per category, 128
     # new tokens, budgets 4, 8, 16, 32, each DRAFTER_OPTION (key=value) given -> $work/mtbench-limitLIMIT-STEMTAG.csv
+    # (kept: a rerun skips a replay whose rows exist)
     local method=$1 stem=$2 limit=${3:-2} tag=${4:-}
-    local options=()
+    local out="$work/mtbench-limit$limit-$stem$tag.csv" options=()
+    if [ -e "$out" ]; then echo "have $out"; return 0; fi
     for option in "${@:5}"; do options+=(--drafter-option "$method.$option"); done
     echo "$(date +%T) replay $stem$tag"
     /usr/bin/time -f "replay %e s" .venv/bin/specbench replay --model default --drafters "$method" \
         --drafter-option "$method.checkpoint=$work/$stem" "${options[@]}" --bench mt_bench --limit "$limit" \
-        --max-new-tokens 128 --budgets 4,8,16,32 --threads 2 --out-csv "$work/mtbench-limit$limit-$stem$tag.csv"
+        --max-new-tokens 128 --budgets 4,8,16,32 --threads 2 --out-csv "$out"
     echo "$(date +%T) done"
 }
