@@ -95,12 +95,13 @@ class CheckpointDrafter(Drafter):
             module.load_state_dict(state)
             self.module = module.to(device=target.device, dtype=target.dtype).eval()
             use_kernel(self.module, kernel_of(target.lm_head))  # the target's kernel (specbench.linear)
+            self.recipe = recipe  # the vocabulary may depend on how the checkpoint was trained (eagle3)
             self.vocab = self.draft_vocabulary(target, ranking)
             own = getattr(self.module, "lm_heads", None)
             vocab_size = target.lm_head.weight.shape[0]
             self.head_vocabs = None if own is None else \
                 [DraftVocab.of_projection(projection, ranking, vocab_size) for projection in own]
-            self.recipe, self._loaded_for = recipe, key
+            self._loaded_for = key
             self.compiled_parts = None  # new weights: the compiled regime compiles them again (`compile_parts`)
             self._weights_sha256 = file_sha256(weights)
             self.loaded(recipe)

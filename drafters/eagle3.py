@@ -203,9 +203,10 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     """EAGLE-3 drafter; options: ``checkpoint`` (a specbench checkpoint stem, a speculators-format directory,
     or the authors' EAGLE-3 directory: config.json + pytorch_model.bin / model.safetensors), ``top_k`` (children
     per expanded node and frontier width, default 8), ``depth`` (expansions per step, default 5) and
-    ``context_vocab`` (default False): score the sequence's own tokens that the draft vocabulary lacks with the
-    target's ``lm_head`` rows, as eagle's cut does (`DraftVocab.follow_context`). Off by default: replayed on
-    MT-bench it adds at most 0.008 tau, since eagle3's features are trained for its own rows (docs/decisions.md)."""
+    ``context_vocab``: score the sequence's own tokens that the draft vocabulary lacks with the target's
+    ``lm_head`` rows, as eagle's cut does (`DraftVocab.follow_context`). Default: as the checkpoint was trained
+    (``specbench train eagle3 --context-vocab`` trains those columns; the recipe says so), else off: on a
+    checkpoint trained over its own rows only it adds at most 0.008 tau on MT-bench (docs/decisions.md)."""
 
     method = "eagle3"
     capturable = True
@@ -217,8 +218,9 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
         return ["fc", *compile_draft_layer(self.module.layer, compile)]
 
     def __init__(self, checkpoint: str | None = None, top_k: int = 8, depth: int = 5,
-                 context_vocab: bool | str = False) -> None:
-        super().__init__(checkpoint, None, context_vocab)
+                 context_vocab: bool | str | None = None) -> None:
+        super().__init__(checkpoint, None, False if context_vocab is None else context_vocab)
+        self.context_vocab_given = context_vocab is not None  # else the recipe's training decides
         if top_k < 1 or depth < 0:
             raise DrafterOptionError(f"eagle3 needs top_k >= 1 and depth >= 0, got top_k={top_k}, depth={depth}")
         self.top_k, self.depth = top_k, depth
@@ -245,6 +247,8 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
             raise SpecbenchError(f"eagle3 checkpoint {self.checkpoint}: t2d covers {self.module.t2d.shape[0]} tokens, "
                                  f"the target has {vocab_size}")
         ids = self.module.token_ids()
+        if not self.context_vocab_given:  # trained with context columns (`train_eagle3`'s context_vocab): use them
+            self.context_vocab = bool(self.recipe.get("hyperparameters", {}).get("context_vocab", False))
         # with context_vocab a context token outside V' is scored by the target's row
         vocab = DraftVocab.of_projection(self.module.lm_head, ids, vocab_size,
                                          target.lm_head if self.context_vocab else None)

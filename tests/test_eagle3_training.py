@@ -145,6 +145,22 @@ def test_the_context_loss_is_the_kl_over_each_anchors_own_columns(llama_target, 
     assert plain[1][0] != pytest.approx(loss, rel=1e-4)
 
 
+def test_a_checkpoint_trained_with_context_columns_drafts_with_them_by_default(llama_target, trained, tmp_path):
+    """`--context-vocab` training is recorded in the recipe, and the drafter then scores the sequence's own tokens
+    by default (an explicit option still wins); one trained without keeps them off. Output exact either way."""
+    config, _ = trained
+    context = Eagle3TrainConfig(cache=config.cache, out=str(tmp_path / "eagle3-context"), epochs=1, lr=5e-3,
+                                samples_per_step=2, warmup_steps=2, ttt_steps=2, draft_vocab=60, context_vocab=True)
+    recipe = train_eagle3(context, llama_target, progress=False)
+    assert recipe["hyperparameters"]["context_vocab"] is True
+    expected = plain_greedy(llama_target.model, PROMPTS[0], 16, llama_target.eos_ids)
+    for checkpoint, option, follows in ((context.out, None, True), (context.out, "false", False),
+                                        (config.out, None, False), (config.out, True, True)):
+        drafter = Eagle3Drafter(checkpoint=checkpoint, top_k=4, depth=3, context_vocab=option)
+        assert generate(llama_target, drafter, PROMPTS[0], 16, 8).output_ids == expected
+        assert drafter.follows_context is follows and drafter.identity().endswith(":context") is follows
+
+
 def test_training_lowers_the_loss_resumes_and_writes_the_learning_curve(llama_target, trained):
     config, recipe = trained
     history = recipe["history"]
