@@ -17,6 +17,6 @@ if [ ! -e "$work/$stem.safetensors" ]; then
     fi
     train eagle3 "$stem" --epochs 1 "${options[@]}" || exit 1  # resumes from epoch 1 and writes the checkpoint
 fi
-replay eagle3 "$stem" 1
+replay eagle3 "$stem" 1 "" context_vocab=false  # explicit: a context-trained checkpoint defaults to on
 replay eagle3 "$stem" 1 -with-context context_vocab=true
 replay eagle3 eagle3-3000x1-v8192-fp32-sd05 1 -with-context context_vocab=true

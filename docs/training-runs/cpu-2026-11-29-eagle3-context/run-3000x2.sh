@@ -11,5 +11,5 @@ if [ ! -e "$work/$stem.safetensors" ]; then
         --checkpoint-steps 250 --step-decay 0.5 --max-train-samples 3000 --context-vocab || exit 1
 fi
 replay eagle3 "$stem" 2 -with-context context_vocab=true
-replay eagle3 "$stem" 2
+replay eagle3 "$stem" 2 "" context_vocab=false  # explicit: a context-trained checkpoint defaults to on
 replay eagle3 eagle3-3000x2-v8192-fp32-sd05 2 -with-context context_vocab=true

@@ -11,4 +11,4 @@ if [ ! -e "$work/$stem.safetensors" ]; then
         --step-decay 0.5 --context-vocab --init-from "$work/eagle3-3000x2-v8192-fp32-sd05-context" || exit 1
 fi
 replay eagle3 "$stem" 2 -with-context context_vocab=true
-replay eagle3 "$stem" 2
+replay eagle3 "$stem" 2 "" context_vocab=false  # explicit: a context-trained checkpoint defaults to on
