@@ -9,12 +9,5 @@ source "$(dirname "$0")/../cpu-2026-11-28-eagle3-full/lib.sh"
 stem=eagle3-3000x1-v8192-fp32-sd05
 options=(--samples-per-step 4 --lr 1e-3 --draft-vocab 8192 --dtype float32 --checkpoint-steps 250 --step-decay 0.5
          --max-train-samples 3000)
-if [ ! -e "$work/$stem.safetensors" ]; then
-    if [ ! -e "$work/$stem.epoch1.pt" ]; then
-        train eagle3 "$stem" --epochs 2 "${options[@]}" &
-        while [ ! -e "$work/$stem.epoch1.pt" ] && kill -0 $! 2>/dev/null; do sleep 10; done
-        sleep 5; pkill -f "out-checkpoint $work/$stem" ; wait
-    fi
-    train eagle3 "$stem" --epochs 1 "${options[@]}" || exit 1  # resumes from epoch 1 and writes the checkpoint
-fi
+first_of_two_epochs eagle3 "$stem" "${options[@]}" || exit 1
 replay eagle3 "$stem" 1

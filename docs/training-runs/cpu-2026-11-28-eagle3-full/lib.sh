@@ -19,6 +19,19 @@ train() {  # train METHOD OUT_STEM [specbench train options...]: on every cached
         --threads 2 --no-progress --out-checkpoint "$work/$out" "$@"
 }
 
+first_of_two_epochs() {  # first_of_two_epochs METHOD OUT_STEM [options...]: epoch 1 of a 2-epoch schedule (its
+    # warm-up + cosine), stopped once epoch 1 is written, then that epoch's checkpoint written (a rerun resumes)
+    local method=$1 stem=$2
+    shift 2
+    if [ -e "$work/$stem.safetensors" ]; then return 0; fi
+    if [ ! -e "$work/$stem.epoch1.pt" ]; then
+        train "$method" "$stem" --epochs 2 "$@" &
+        while [ ! -e "$work/$stem.epoch1.pt" ] && kill -0 $! 2>/dev/null; do sleep 10; done
+        sleep 5; pkill -f "out-checkpoint $work/$stem" ; wait
+    fi
+    train "$method" "$stem" --epochs 1 "$@"  # resumes from epoch 1 and writes the checkpoint
+}
+
 replay() {  # replay METHOD STEM [LIMIT [TAG DRAFTER_OPTION...]]: MT-bench LIMIT (default 2) questions per category, 128
     # new tokens, budgets 4, 8, 16, 32, each DRAFTER_OPTION (key=value) given -> $work/mtbench-limitLIMIT-STEMTAG.csv
     # (kept: a rerun skips a replay whose rows exist)
