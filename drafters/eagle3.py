@@ -199,6 +199,17 @@ def check_vocabulary(module: Eagle3Module, where: str) -> None:
                              f"{ids.unique().numel()} distinct ones of {ids.numel()} rows)")
 
 
+def eagle3_vocabulary(module: Eagle3Module, target_lm_head: nn.Module, context: bool) -> DraftVocab:
+    """eagle3's draft vocabulary: its own head over its V' tokens (d2t, in the checkpoint's row order) and, with
+    ``context``, the target's ``lm_head`` rows for the sequence's own tokens outside V' (`DraftVocab.follow_context`).
+    The drafter and its training (`specbench.drafters.training.eagle3`) score the same columns through it."""
+    ids = module.token_ids()
+    vocab = DraftVocab.of_projection(module.lm_head, ids, module.t2d.shape[0], target_lm_head if context else None)
+    if vocab.ids is not None or not torch.equal(ids, torch.arange(module.t2d.shape[0], device=ids.device)):
+        vocab.ids = ids  # row i scores token ids[i] (a full vocabulary may come in another order too)
+    return vocab
+
+
 class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
     """EAGLE-3 drafter; options: ``checkpoint`` (a specbench checkpoint stem, a speculators-format directory,
     or the authors' EAGLE-3 directory: config.json + pytorch_model.bin / model.safetensors), ``top_k`` (children
@@ -246,17 +257,9 @@ class Eagle3Drafter(DynamicTreeDrafter, CheckpointDrafter):
         if self.module.t2d.shape[0] != vocab_size:
             raise SpecbenchError(f"eagle3 checkpoint {self.checkpoint}: t2d covers {self.module.t2d.shape[0]} tokens, "
                                  f"the target has {vocab_size}")
-        ids = self.module.token_ids()
         if not self.context_vocab_given:  # trained with context columns (`train_eagle3`'s context_vocab): use them
             self.context_vocab = bool(self.recipe.get("hyperparameters", {}).get("context_vocab", False))
-        # with context_vocab a context token outside V' is scored by the target's row
-        vocab = DraftVocab.of_projection(self.module.lm_head, ids, vocab_size,
-                                         target.lm_head if self.context_vocab else None)
-        if vocab.ids is not None:
-            vocab.ids = ids  # row i scores token ids[i], in the checkpoint's order
-        elif not torch.equal(ids, torch.arange(vocab_size, device=ids.device)):
-            vocab.ids = ids  # a full vocabulary in another order
-        return vocab
+        return eagle3_vocabulary(self.module, target.lm_head, self.context_vocab)
 
     # ---- one sequence ----------------------------------------------------------------------------------------
     def start_sequence(self) -> None:

@@ -44,8 +44,8 @@ from pathlib import Path
 
 import torch
 
-from specbench.drafters.draft_vocab import RANKING_KEY
-from specbench.drafters.eagle3 import Eagle3Module, build_module, target_shape
+from specbench.drafters.draft_vocab import RANKING_KEY, DraftVocab
+from specbench.drafters.eagle3 import Eagle3Module, build_module, eagle3_vocabulary, target_shape
 from specbench.drafters.training.common import (
     CurveBatches,
     SampleTrainConfig,
@@ -144,17 +144,14 @@ def context_columns(module: Eagle3Module, sample: Sample, context: bool) -> tupl
     return extra, first[extra]
 
 
-def draft_logits(module: Eagle3Module, target: TargetModel, h: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
-    """logits [R, V' + C] of h [R, H]: the draft head's V' rows, then the target's ``lm_head`` rows of ``extra``
-    [C] (the drafter's context columns, `DraftVocab.follow_context`)."""
-    normed = module.norm(h)
-    logits = module.lm_head(normed)  # [R, V']
-    if extra.numel() == 0:
-        return logits
-    rows = target.lm_head.weight.detach()[extra.to(target.lm_head.weight.device)].to(normed.device, normed.dtype)
-    bias = getattr(target.lm_head, "bias", None)
-    bias = None if bias is None else bias.detach()[extra.to(bias.device)].to(normed.device, normed.dtype)
-    return torch.cat([logits, torch.nn.functional.linear(normed, rows, bias)], dim=-1)  # [R, V' + C]
+def sample_vocabulary(module: Eagle3Module, target: TargetModel, sample: Sample, context: bool
+                      ) -> tuple[DraftVocab, torch.Tensor, torch.Tensor]:
+    """(the drafter's vocabulary having followed the whole sample (`eagle3_vocabulary`), its context columns' ids
+    [C] and first positions [C] (`context_columns`), in its column order)."""
+    vocab = eagle3_vocabulary(module, target.lm_head, context)
+    extra, first = context_columns(module, sample, context)
+    vocab.follow_context(extra)  # adds them in this order: distinct, ascending, none in V'
+    return vocab, extra, first
 
 
 #: the logit of a column an anchor has not seen (finite, so 0 * log 0 terms stay 0, not nan)
@@ -178,7 +175,7 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
     length, start = len(sample.input_ids), sample.prompt_len - 1
     if length - 1 - start < 1:
         return None
-    extra, first = context_columns(module, sample, context)
+    vocab, extra, first = sample_vocabulary(module, target, sample, context)
     columns = torch.cat([module.token_ids(), extra.to(module.d2t.device)])  # [V' + C]
     with torch.no_grad():
         full = target.lm_head(sample.hidden[start + 1 : length].to(target.device, torch.float32)).float()  # [n, V]
@@ -199,7 +196,7 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
             entropy = -(teacher * teacher_log).sum(dim=-1)  # [rows]
             # the target's top token is one of the anchor's columns
             in_vocab = ((columns[None, :] == top[window, None]) & (mask == 0)).any(dim=-1).float().to(full.device)
-        logits = draft_logits(module, target, h[start : start + rows], extra).float()  # [rows, V' + C]
+        logits = vocab.logits(module.norm(h[start : start + rows])).float()  # [rows, V' + C]
         log_p = (logits + mask.to(logits.device)).log_softmax(dim=-1)
         cross_entropy = -(teacher * log_p).sum(dim=-1)  # [rows]
         loss = (in_vocab * (cross_entropy - entropy)).mean()  # KL: the CE's gradient, 0 when exact
@@ -215,11 +212,10 @@ def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterabl
     features as in training-time test (see the module docstring); ``context`` as `ttt_loss`'s."""
 
     def drafted(sample: Sample, start: int, end: int) -> list[torch.Tensor]:
-        extra, first = context_columns(module, sample, context)
-        columns = torch.cat([module.token_ids(), extra])  # [V' + C]
-        mask = column_mask(module.d2t.shape[0], first, torch.arange(start, end, device=columns.device))
+        vocab, _, first = sample_vocabulary(module, target, sample, context)
+        mask = column_mask(module.d2t.shape[0], first, torch.arange(start, end, device=module.d2t.device))
         outs = unrolled_outputs(module, target, sample, levels)  # levels x [L', H]
-        return [columns[(draft_logits(module, target, h[start:end], extra).float() + mask).argmax(dim=-1)]
+        return [vocab.token_ids((vocab.logits(module.norm(h[start:end])).float() + mask).argmax(dim=-1))
                 for h in outs]  # levels x [R]
 
     return chain_scores(module, samples, levels, drafted)
