@@ -265,3 +265,23 @@ def test_train_step_decay_reaches_the_eagle3_config():
     assert given.step_decay == 0.5 and default.step_decay == STEP_DECAY != 0.5
     context = _train_config(parser.parse_args(["train", "eagle3", "--context-vocab"]), cache="c", out="o")
     assert context.context_vocab is True and default.context_vocab is False
+
+
+@pytest.mark.parametrize("method, flags, expected", [
+    ("hydra", ["--init-from", "x", "--freeze-loaded"], {"freeze_loaded": True}),
+    ("medusa", ["--own-lm-heads"], {"own_lm_heads": True}),
+    ("eagle", ["--noise", "0.3", "--unroll", "3"], {"noise": 0.3, "unroll": 3}),
+    ("eagle3", ["--ttt-steps", "3", "--step-decay", "0.5", "--draft-vocab", "1000", "--context-vocab"],
+     {"ttt_steps": 3, "step_decay": 0.5, "draft_vocab": 1000, "context_vocab": True}),
+])
+def test_each_method_option_reaches_its_config(method, flags, expected):
+    """Every name in `METHOD_OPTIONS` (declared once for the refusal and the config) is set on the config of a method
+    that owns it; the cases together cover them all."""
+    from specbench.harness.cli import build_parser
+    from specbench.harness.cli.train import METHOD_OPTIONS, _train_config
+
+    config = _train_config(build_parser().parse_args(["train", method, *flags]), cache="c", out="o")
+    assert {name: getattr(config, name) for name in expected} == expected
+    covered = {"freeze_loaded", "own_lm_heads", "noise", "unroll", "ttt_steps", "step_decay", "draft_vocab",
+               "context_vocab"}
+    assert set(METHOD_OPTIONS) == covered

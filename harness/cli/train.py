@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,12 @@ if TYPE_CHECKING:  # imported when a command runs: torch is slow to import
     from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import HeadTrainConfig
     from specbench.model import TargetModel
+
+
+# the training options one method (or a few) owns, each a config field name: given to the method's config when set,
+# refused in one line for a method whose config lacks it
+METHOD_OPTIONS = ("freeze_loaded", "own_lm_heads", "noise", "unroll", "ttt_steps", "step_decay", "draft_vocab",
+                  "context_vocab")
 
 
 def target_settings(args: argparse.Namespace) -> RunConfig:
@@ -345,10 +352,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specbench.model_source import cache_root, resolve_model
 
     # an unknown method, another method's option, a bad value: one line each, before a model loads
-    refuse_others_options(args.method, init_from=args.init_from, freeze_loaded=args.freeze_loaded,
-                          own_lm_heads=args.own_lm_heads, ttt_steps=args.ttt_steps, step_decay=args.step_decay,
-                          draft_vocab=args.draft_vocab, context_vocab=args.context_vocab,
-                          noise=args.noise, unroll=args.unroll)
+    refuse_others_options(args.method, init_from=args.init_from,
+                          **{name: getattr(args, name) for name in METHOD_OPTIONS})
     check_out_file(args.out_checkpoint, "--out-checkpoint", "checkpoint stem")
     config = _train_config(args, cache=args.cache or "", out=args.out_checkpoint or "")
     config.validate()
@@ -373,27 +378,23 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
     its `validate` checks them."""
     from specbench.drafters.training import config_class
     from specbench.drafters.training.ctc import CTCTrainConfig
-    from specbench.drafters.training.eagle3 import Eagle3TrainConfig
     from specbench.drafters.training.heads import HeadTrainConfig
 
     cls = config_class(args.method)
     shared = {"method": args.method, "cache": cache, "out": out, "lr": args.lr, "seed": args.seed, "dtype": args.dtype,
               "train_vocab": args.train_vocab, "init_from": args.init_from,
               "checkpoint_steps": args.checkpoint_steps} | ({"epochs": args.epochs} if args.epochs is not None else {})
+    # the method's own options that were given (`refuse_others_options` has refused another method's)
+    own = {name: getattr(args, name) for name in METHOD_OPTIONS
+           if name in {f.name for f in fields(cls)} and getattr(args, name) is not None}
     if cls is HeadTrainConfig:
-        return cls(**shared, num_heads=args.num_heads, num_layers=args.num_layers, batch_size=args.batch_size,
-                   max_train_positions=args.max_train_positions, loss=args.loss, prefix_heads=args.prefix_heads,
-                   freeze_loaded=args.freeze_loaded, own_lm_heads=args.own_lm_heads)
+        return cls(**shared, **own, num_heads=args.num_heads, num_layers=args.num_layers, batch_size=args.batch_size,
+                   max_train_positions=args.max_train_positions, loss=args.loss, prefix_heads=args.prefix_heads)
     samples = {"samples_per_step": args.samples_per_step, "max_train_samples": args.max_train_samples}
     if cls is CTCTrainConfig:
         return cls(**shared, **samples, num_slots=args.num_slots, num_labels=args.num_labels,
                    slot_blocks=not args.no_slot_blocks, anchors_per_sample=args.anchors_per_sample or None)
-    if cls is Eagle3TrainConfig:
-        own = {name: getattr(args, name) for name in ("ttt_steps", "step_decay", "draft_vocab", "context_vocab")
-               if getattr(args, name) is not None}
-        return cls(**shared, **samples, **own)
-    own = {name: getattr(args, name) for name in ("noise", "unroll") if getattr(args, name) is not None}
-    return cls(**shared, **samples, **own)
+    return cls(**shared, **samples, **own)  # eagle, eagle3
 
 
 def _train_heads(config: HeadTrainConfig, args: argparse.Namespace) -> tuple[str, float]:
