@@ -190,7 +190,7 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
         anchors = torch.arange(start, start + rows, device=columns.device)
         mask = column_mask(module.d2t.shape[0], first.to(columns.device), anchors)  # [rows, V' + C]
         window = slice(step - 1, step - 1 + rows)
-        with torch.no_grad():
+        with torch.no_grad():  # per step: (anchor a, step j)'s teacher is position a+j's logits over a's columns
             teacher_log = (teacher_logits[window] + mask.to(full.device)).log_softmax(dim=-1)  # [rows, V' + C]
             teacher = teacher_log.exp()
             entropy = -(teacher * teacher_log).sum(dim=-1)  # [rows]
