@@ -176,7 +176,7 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
     if length - 1 - start < 1:
         return None
     vocab, extra, first = sample_vocabulary(module, target, sample, context)
-    columns = torch.cat([module.token_ids(), extra.to(module.d2t.device)])  # [V' + C]
+    columns = module.token_ids() if vocab.columns is None else vocab.columns  # [V' + C] token id of each column
     with torch.no_grad():
         full = target.lm_head(sample.hidden[start + 1 : length].to(target.device, torch.float32)).float()  # [n, V]
         teacher_logits = full[:, columns.to(full.device)]  # [n, V' + C] positions start+1 .. L-1

@@ -385,8 +385,8 @@ def _train_config(args: argparse.Namespace, cache: str, out: str) -> TrainConfig
               "train_vocab": args.train_vocab, "init_from": args.init_from,
               "checkpoint_steps": args.checkpoint_steps} | ({"epochs": args.epochs} if args.epochs is not None else {})
     # the method's own options that were given (`refuse_others_options` has refused another method's)
-    own = {name: getattr(args, name) for name in METHOD_OPTIONS
-           if name in {f.name for f in fields(cls)} and getattr(args, name) is not None}
+    owned = {f.name for f in fields(cls)}
+    own = {name: getattr(args, name) for name in METHOD_OPTIONS if name in owned and getattr(args, name) is not None}
     if cls is HeadTrainConfig:
         return cls(**shared, **own, num_heads=args.num_heads, num_layers=args.num_layers, batch_size=args.batch_size,
                    max_train_positions=args.max_train_positions, loss=args.loss, prefix_heads=args.prefix_heads)
