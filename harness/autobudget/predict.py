@@ -10,9 +10,9 @@ Plain decoding emits one token per t_verify(1) + overhead. So
 the one-node cost measured in the process that will run, t_verify(b) = verify1_ms * t(b) / t(1) * k: the
 profile supplies the shape of the cost curve, the run its scale, and k (a point's ``verify_scale``) what the
 drafter's own real decode measured its verify at against that (a drafter whose propose evicts the target's
-weights from the CPU's caches makes the verify after it slower than the profile's, timed verify after
-verify). On a flat, GPU-like profile the best budget is the largest whose extra tau still pays for its draft
-cost; on a steep CPU profile it is small.
+weights from the CPU's caches makes the verify after it slower than the profile's, timed verify after verify). On a flat, GPU-like
+profile the best budget is the largest whose extra tau still pays for its draft cost; on a steep CPU
+profile it is small.
 """
 
 from __future__ import annotations
