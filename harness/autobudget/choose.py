@@ -30,7 +30,7 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    ms over the profile's ratio for that step's tree, over the window's v1. The profile times verify after verify;
    in a run the drafter's propose runs between them and, where it streams weights of its own, the target's
    verify after it finds fewer of its weights in the CPU's caches. The README's main job measured its 12-node
-   verify at 1.29x vanilla's one-node verify for hydra and 1.23x for medusa against the profile's 1.15 (eagle
+   verify at 1.29x vanilla's one-node verify for hydra and 1.24x for medusa against the profile's 1.15 (eagle
    1.14x), and hydra missed its prediction by 12% (docs/decisions.md, "`auto`'s verify ratio"). Every budget's
    verify is scaled by k (the profile keeps the shape over budgets, the drafter's run its level).
 
