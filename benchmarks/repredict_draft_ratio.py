@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.run_table import run_table_main
-from specbench.harness.autobudget.choose import draft_ratio, priced_as_run
+from specbench.harness.autobudget.choose import draft_ratio, with_draft_ratio
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import VerifyProfile
 
@@ -38,12 +38,11 @@ def repredict(run: Path) -> pd.DataFrame:
         choice, loop = manifest["budgets"][name], old.get("loop") or calibration["loop"]
         replayed = [BudgetPoint(p["budget"], p["tau"], p["draft_ms"] / old["ratio"], p.get("trees") or {})
                     for p in choice["curve"]]
-        measured_run = {key: old[key] for key in ("budget", "steps", "run_ms", "verify_steps", "loop") if key in old}
-        new = draft_ratio(measured_run, replayed, profile)
-        best, predictions = best_budget(priced_as_run(replayed, new), profile, loop["overhead_ms"], loop["verify1_ms"])
-        as_recorded = [replace(p, draft_ms=p.draft_ms * old["ratio"], verify_scale=old.get("verify_scale", 1.0))
-                       for p in replayed]
-        _, old_predictions = best_budget(as_recorded, profile, loop["overhead_ms"], loop["verify1_ms"])
+        new = draft_ratio({key: old[key] for key in ("budget", "steps", "run_ms")}, replayed)
+        best, predictions = best_budget(with_draft_ratio(replayed, new["ratio"]), profile, loop["overhead_ms"],
+                                        loop["verify1_ms"])
+        _, old_predictions = best_budget([replace(p, draft_ms=p.draft_ms * old["ratio"]) for p in replayed], profile,
+                                         loop["overhead_ms"], loop["verify1_ms"])
         budget, speedup = choice["budget"], measured.get(name, float("nan"))
         rows.append({"drafter": name, "budget": budget, "old_ratio": old["ratio"], "new_ratio": new["ratio"],
                      "old_predicted": old_predictions[budget], "new_predicted": predictions[budget],

@@ -2,8 +2,8 @@
 the answers' stage times measured, so a missed prediction says which term missed.
 
 `auto` predicts speedup(b) = τ(b) (v1 + o) / (V(b) + d(b) + o) (`harness.autobudget.predict`): V(b) the verify of
-the drafter's trees (v1 times the profile's ratio, at batch 1 times the verify ratio k), d(b) its draft cost
-(replayed, times the draft ratio), o the loop's per-step work, v1 the one-node verify, all at the batch size. The manifest records the chosen point's τ, d,
+the drafter's trees (v1 times the profile's ratio), d(b) its draft cost (replayed, times the draft ratio), o the
+loop's per-step work, v1 the one-node verify, all at the batch size. The manifest records the chosen point's τ, d,
 prediction and the calibration's v1 and o (at batch 1 each drafter's own, timed beside its draft ratio, where
 the manifest has it), so V is backed out exactly: V = τ (v1 + o) / prediction − d − o. The
 run's per-step means come from the answers' step records (verify; draft plus transform; accept as the loop's

@@ -366,7 +366,6 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
                      "calibration_tau": calibration_tau, "run_tau": tau, "predicted_speedup": predicted,
                      "predicted_with_run_tau": predicted * tau / calibration_tau if point else np.nan,
                      "draft_ratio": ratios.get(name, {}).get("ratio", np.nan),
-                     "verify_ratio": ratios.get(name, {}).get("verify_scale", np.nan),
                      "measured_speedup": speedup, "n_questions": overall["n_questions"].iloc[0],
                      "ci_low": overall["speedup_ci_low"].iloc[0], "ci_high": overall["speedup_ci_high"].iloc[0]})
     if not rows:
@@ -378,16 +377,14 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         "Predicted": [fmt(v) for v in data["predicted_speedup"]],
         "Predicted, run τ": [fmt(v) for v in data["predicted_with_run_tau"]],
         "Draft ratio": [fmt(v) for v in data["draft_ratio"]],
-        "Verify ratio": [fmt(v) for v in data["verify_ratio"]],
         "Measured [95% CI]": [ci_cell(s, lo, hi, float(n)) for s, lo, hi, n in
                               zip(data["measured_speedup"], data["ci_low"], data["ci_high"], data["n_questions"])],
     })
-    note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (k v1 r(b) + c d(b) + o), τ(b) and the "
+    note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (v1 r(b) + c d(b) + o), τ(b) and the "
             "draft cost d(b) replayed on the calibration set, c the draft ratio (the drafter's propose cost in a "
             "real run over replay's, measured on one calibration turn; a dash: not measured, c = 1), r(b) the "
-            "verify-cost profile's ratio for the trees the drafter proposed, k the verify ratio (the drafter's "
-            "verify in that real run over v1 r(b); a dash: not measured, k = 1), v1 and o this run's measured "
-            "1-node verify and loop overhead. Predicted, run τ: the same costs with the run's τ.")
+            "verify-cost profile's ratio for the trees the drafter proposed, v1 and o this run's measured 1-node "
+            "verify and loop overhead. Predicted, run τ: the same costs with the run's τ.")
     if not run.sampling.greedy:
         note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
                  "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")

@@ -25,14 +25,7 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    decoding just before and just after the drafter's real decode (`measure_run_draft`). A CPU's pace drifts
    by a quarter over minutes; step 3's v1, timed at another moment, once came out 1.41x the run's own and made
    every drafter's drafting look that much cheaper (docs/decisions.md, "At batch 1, a drafter's draft ms and
-   the v1 it is weighed against are timed in one window");
-7. k, the drafter's *run/profile verify ratio*, from the same real decode: the median over its steps of the verify
-   ms over the profile's ratio for that step's tree, over the window's v1. The profile times verify after verify;
-   in a run the drafter's propose runs between them and, where it streams weights of its own, the target's
-   verify after it finds fewer of its weights in the CPU's caches. The README's main job measured its 12-node
-   verify at 1.29x vanilla's one-node verify for hydra and 1.24x for medusa against the profile's 1.15 (eagle
-   1.14x), and hydra missed its prediction by 12% (docs/decisions.md, "`auto`'s verify ratio"). Every budget's
-   verify is scaled by k (the profile keeps the shape over budgets, the drafter's run its level).
+   the v1 it is weighed against are timed in one window").
 
 At each batch size B > 1 of the run (``--batch-size``) the same prediction is made with B's own terms, and
 the budget chosen there is recorded in `BudgetChoice.batches`: the prediction is a *throughput* speedup over
@@ -58,14 +51,8 @@ from specbench.harness.autobudget.calibration import (
     calibration_source,
     calibration_trajectories,
 )
-from specbench.harness.autobudget.predict import BudgetPoint, best_budget, tree_ratio
-from specbench.harness.autobudget.profile import (
-    VerifyProfile,
-    batch_profile,
-    batch_width,
-    measure_and_cache,
-    resolve_profile,
-)
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget
+from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, key_digest
@@ -161,22 +148,18 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
 
 def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> dict:
     """The drafter's propose ms per step decoding ``trajectory``'s prompt for real at ``budget`` (after one
-    untimed pass), each step's verify, and the loop timed in the same window: {budget, steps, run_ms,
-    verify_steps, loop}. ``verify_steps`` is [nodes, depth, verify ms] per step (`draft_ratio` prices it against
-    the profile). ``loop`` is a `LoopTiming` of plain decoding, the mean of one timed pass just before the real
-    decode and one just after, so that the draft and verify ms and the v1 they are weighed against share the
-    machine's pace of that moment."""
+    untimed pass), and the loop timed in the same window: {budget, steps, run_ms, loop}. ``loop`` is a
+    `LoopTiming` of plain decoding, the mean of one timed pass just before the real decode and one just after,
+    so that the draft ms and the v1 it is weighed against share the machine's pace of that moment."""
     prompt = trajectory.prompt.tolist()
     generate(target, drafter, prompt, tokens, budget)
     before = timed_pass(target, prompt, TIMING_TOKENS, 1)
     run = generate(target, drafter, prompt, tokens, budget, breakdown=True)
     after = timed_pass(target, prompt, TIMING_TOKENS, 1)
     run_ms = statistics.fmean(step.draft_ms for step in run.steps) if run.steps else 0.0
-    verify_steps = [[step.nodes, step.depth, step.stage_ms["verify"]] for step in run.steps]
     loop = LoopTiming(verify1_ms=(before.verify1_ms + after.verify1_ms) / 2,
                       overhead_ms=(before.overhead_ms + after.overhead_ms) / 2, steps=before.steps + after.steps)
-    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "verify_steps": verify_steps,
-            "loop": asdict(loop)}
+    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "loop": asdict(loop)}
 
 
 def cached_run_draft(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
@@ -185,35 +168,21 @@ def cached_run_draft(target, name: str, drafter, options: dict, trajectory, traj
     curves, so `auto`'s choice is the same from run to run)."""
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
            "budget": budget, "tokens": tokens, "machine": machine,
-           "measures": "run draft and verify ms, loop timed beside them", "loop_tokens": TIMING_TOKENS}
+           "measures": "run draft ms, loop timed beside it", "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / "curves" / f"{name}-run-{key_digest(key)}.json"
     return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens))
 
 
-def draft_ratio(run_draft: dict, replayed: list[BudgetPoint], profile: VerifyProfile) -> dict:
-    """``run_draft`` (`measure_run_draft`) with replay_ms, the replayed curve's draft ms at its budget,
-    ratio = run_ms / replay_ms (c; 1 where replay measured no draft time) and verify_scale (k, `verify_scale`):
-    the manifest's ``draft_ratio`` entry."""
+def draft_ratio(run_draft: dict, replayed: list[BudgetPoint]) -> dict:
+    """``run_draft`` (`measure_run_draft`) with replay_ms, the replayed curve's draft ms at its budget, and
+    ratio = run_ms / replay_ms (1 where replay measured no draft time): the manifest's ``draft_ratio`` entry."""
     replay_ms = next(point.draft_ms for point in replayed if point.budget == run_draft["budget"])
-    return run_draft | {"replay_ms": replay_ms, "ratio": run_draft["run_ms"] / replay_ms if replay_ms > 0 else 1.0,
-                        "verify_scale": verify_scale(run_draft, profile)}
+    return run_draft | {"replay_ms": replay_ms, "ratio": run_draft["run_ms"] / replay_ms if replay_ms > 0 else 1.0}
 
 
-def verify_scale(run_draft: dict, profile: VerifyProfile) -> float:
-    """k: the median over the real decode's steps of its verify ms over the profile's ratio for that step's tree
-    (`tree_ratio`), over the window's v1; 1 for a record without verify steps (manifests from before k)."""
-    steps = run_draft.get("verify_steps")
-    if not steps:
-        return 1.0
-    one_node = statistics.median(ms / tree_ratio(profile, nodes, depth) for nodes, depth, ms in steps)
-    return one_node / run_draft["loop"]["verify1_ms"]
-
-
-def priced_as_run(points: list[BudgetPoint], ratio: dict) -> list[BudgetPoint]:
-    """``points`` with each replayed draft cost scaled by the run/replay draft ratio c and each verify by the
-    run/profile verify ratio k (a `draft_ratio` entry)."""
-    return [replace(point, draft_ms=point.draft_ms * ratio["ratio"], verify_scale=ratio.get("verify_scale", 1.0))
-            for point in points]
+def with_draft_ratio(points: list[BudgetPoint], ratio: float) -> list[BudgetPoint]:
+    """``points`` with each replayed draft cost scaled to a run's (`draft_ratio`)."""
+    return [replace(point, draft_ms=point.draft_ms * ratio) for point in points]
 
 
 def batch_draft_ms(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
@@ -236,9 +205,7 @@ def batch_draft_ms(target, name: str, drafter, options: dict, trajectories, traj
 def choose_at_batch(points: list[BudgetPoint], draft_ms: dict[int, float], profile, timing: LoopTiming) -> dict:
     """The choice at one batch size > 1 (a `BudgetChoice.batches` entry) from batch 1's replayed points, the
     propose cost at B (``draft_ms`` per budget) and B's profile and loop timing."""
-    # k is batch 1's (a propose between single-row verifies); at B rows the verify streams the weights for every
-    # row's tree and is priced by B's own profile, as the B-row propose is by its own replay
-    at_batch = [replace(point, draft_ms=draft_ms[point.budget], verify_scale=1.0) for point in points]
+    at_batch = [replace(point, draft_ms=draft_ms[point.budget]) for point in points]
     best, predictions = best_budget(at_batch, profile, timing.overhead_ms, timing.verify1_ms)
     return {"budget": best, "how": AUTO, "predicted_speedup": predictions[best],
             "curve": [asdict(p) | {"predicted_speedup": predictions[p.budget]} for p in at_batch]}
@@ -303,8 +270,8 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         first, _ = best_budget(replayed, profile, timing.overhead_ms, timing.verify1_ms)
         run_draft = cached_run_draft(target, name, drafters[name], options(name), trajectories[0], trajectory_key,
                                      first, tokens, machine, cache_root())
-        ratios[name] = draft_ratio(run_draft, replayed, profile)
-        curves[name] = priced_as_run(replayed, ratios[name])
+        ratios[name] = draft_ratio(run_draft, replayed)
+        curves[name] = with_draft_ratio(replayed, ratios[name]["ratio"])
         return curves[name], profile, LoopTiming(**ratios[name]["loop"])  # v1 and o of the draft ms' window
 
     def options(name: str) -> dict:

@@ -7,10 +7,8 @@ Plain decoding emits one token per t_verify(1) + overhead. So
     predicted speedup(b) = tau(b) * (t_verify(1) + overhead) / (t_verify(b) + t_draft(b) + overhead).
 
 (The overhead appears on both sides: plain decoding runs through the same loop.) Given ``verify1_ms``,
-the one-node cost measured in the process that will run, t_verify(b) = verify1_ms * t(b) / t(1) * k: the
-profile supplies the shape of the cost curve, the run its scale, and k (a point's ``verify_scale``) what the
-drafter's own real decode measured its verify at against that (a drafter whose propose evicts the target's
-weights from the CPU's caches makes the verify after it slower than the profile's, timed verify after verify). On a flat, GPU-like
+the one-node cost measured in the process that will run, t_verify(b) = verify1_ms * t(b) / t(1): the
+profile supplies the shape of the cost curve and the run its scale. On a flat, GPU-like
 profile the best budget is the largest whose extra tau still pays for its draft cost; on a steep CPU
 profile it is small.
 """
@@ -35,7 +33,6 @@ class BudgetPoint:
     tau: float
     draft_ms: float  # per step, the drafter's own propose cost
     trees: dict[str, int] = field(default_factory=dict)  # "nodes:depth" -> steps
-    verify_scale: float = 1.0  # k: the drafter's verify in a real decode over the profile's (1: not measured)
 
 
 @lru_cache(maxsize=None)
@@ -91,7 +88,7 @@ def padded_ratio(trees: dict[tuple[int, int], int], profile: VerifyProfile) -> f
 def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
                       verify1_ms: float | None = None) -> float:
     one = profile.cost_ms(1) if verify1_ms is None else verify1_ms
-    verify = one * verify_ratio(point, profile) * point.verify_scale
+    verify = one * verify_ratio(point, profile)
     return point.tau * (one + overhead_ms) / (verify + point.draft_ms + overhead_ms)
 
 
