@@ -1,0 +1,102 @@
+"""What a drafter's propose does to the verify after it: one verification forward timed after each condition.
+
+`auto` prices a step's verify from the verify-cost profile, which times verify after verify; in a run every
+verify follows the drafter's propose. On the README's main job of 5628b80 hydra's, medusa's and ctc's 12-node
+verify steps ran 1.29x, 1.23x and 1.19x vanilla's one-node verify where the profile gave 1.15, eagle's 1.14x
+(`auto`'s verify ratio k, docs/decisions.md). This asks why, by timing the same verify forward (a ``--nodes``-node
+bushy tree against a ``--prefix``-token cache, its slots dropped after) right after each of:
+
+- ``verify``: another verify forward (the profile's condition);
+- ``sweep-N``: a read of N MiB of memory that no model uses (``tensor.sum()``), which replaces that much of the
+  CPU's caches: if the verify's cost rises with N, the caches are what a propose can take from it;
+- each ``--drafters`` name: one real propose of that drafter at ``--budget``, from its state after a few decode
+  steps of a real sequence (`benchlib.record_decode_state`; the drafter's state is restored before each).
+
+Conditions are timed in rounds, the order rotating, and the median per condition printed with its ratio to
+``verify``'s. Time it alone on the machine.
+
+Run:  python -m benchmarks.verify_after_propose --drafters hydra,medusa,ctc,eagle --sweeps 64,128,256,512
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+from benchmarks.benchlib import (
+    first_turn_prompts,
+    prefilled_cache,
+    record_decode_state,
+    rewind,
+    synthetic_prefix,
+    tree_of_size,
+)
+from specbench.model import load_target
+from specbench.registry import create_drafter
+from specbench.timing import wall_clock
+
+DECODE_STEPS = 6  # real decode steps before the proposes timed against (the drafter's state mid-sequence)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--drafters", default="hydra,medusa,ctc,eagle")
+    parser.add_argument("--sweeps", default="64,128,256,512", help="MiB read before a verify, comma-separated")
+    parser.add_argument("--nodes", type=int, default=12, help="the timed verify's tree size")
+    parser.add_argument("--budget", type=int, default=12, help="the drafters' tree budget")
+    parser.add_argument("--prefix", type=int, default=300, help="the timed verify's cached prefix")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    target = load_target(args.model, "cpu")
+    prompt = first_turn_prompts(target, "demo", 1)[0]
+    cache = prefilled_cache(target, synthetic_prefix(args.prefix) % target.lm_head.weight.shape[0])
+    tree = tree_of_size(args.nodes, "bushy")
+
+    def verify() -> None:
+        target.forward_tree(tree, cache)
+        rewind(cache, args.prefix)
+
+    sweeps = [int(mib) for mib in args.sweeps.split(",") if mib]
+    buffer = torch.ones(max(sweeps, default=0) * 2**18)  # float32: 2**18 per MiB
+    before = {"verify": verify}
+    for mib in sweeps:
+        before[f"sweep-{mib}"] = (lambda n: lambda: buffer[:n].sum())(mib * 2**18)
+    for name in (n for n in args.drafters.split(",") if n):
+        drafter = create_drafter(name)
+        state = record_decode_state(target, drafter, prompt, DECODE_STEPS, args.budget)
+
+        def propose(drafter=drafter, state=state) -> None:
+            state.restore(drafter)
+            drafter.propose(state.next_context)
+
+        before[name] = propose
+
+    times: dict[str, list[float]] = {name: [] for name in before}
+    names = list(before)
+    with torch.inference_mode():
+        for round_number in range(args.rounds + 1):  # round 0 warms every condition up, untimed
+            shift = round_number % len(names)
+            for name in names[shift:] + names[:shift]:
+                before[name]()
+                start = wall_clock(target.device)
+                verify()
+                if round_number:
+                    times[name].append((wall_clock(target.device) - start) * 1000)
+    base = statistics.median(times["verify"])
+    print(f"{args.nodes}-node verify against a {args.prefix}-token cache, median of {args.rounds} rounds, "
+          f"{args.threads} threads")
+    print(f"{'after':>12}  {'verify ms':>9}  {'/ after verify':>14}")
+    for name in names:
+        median = statistics.median(times[name])
+        print(f"{name:>12}  {median:9.2f}  {median / base:14.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
