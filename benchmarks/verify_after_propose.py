@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -41,6 +42,46 @@ from specbench.timing import wall_clock
 DECODE_STEPS = 6  # real decode steps before the proposes timed against (the drafter's state mid-sequence)
 
 
+def time_verify_after(target, before: dict[str, Callable[[], object] | None], nodes: int, prefix: int,
+                      rounds: int) -> dict[str, float]:
+    """Median ms of one ``nodes``-node bushy verify (against a ``prefix``-token cache, its slots dropped after) right
+    after each of ``before``'s actions, over ``rounds`` rotating rounds after an untimed one. The clock starts
+    after the action: only the verify is timed. ``before`` may name "verify": the verify itself."""
+    cache = prefilled_cache(target, synthetic_prefix(prefix) % target.lm_head.weight.shape[0])
+    tree = tree_of_size(nodes, "bushy")
+
+    def verify() -> None:
+        target.forward_tree(tree, cache)
+        rewind(cache, prefix)
+
+    actions = {name: verify if action is None else action for name, action in before.items()}
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    names = list(actions)
+    with torch.inference_mode():
+        for round_number in range(rounds + 1):  # round 0 warms every condition up, untimed
+            shift = round_number % len(names)
+            for name in names[shift:] + names[:shift]:
+                actions[name]()
+                start = wall_clock(target.device)
+                verify()
+                if round_number:
+                    times[name].append((wall_clock(target.device) - start) * 1000)
+    return {name: statistics.median(samples) for name, samples in times.items()}
+
+
+def drafter_propose(target, name: str, prompt: list[int], budget: int) -> Callable[[], object]:
+    """One real propose of drafter ``name`` at ``budget`` from its state after `DECODE_STEPS` decode steps of
+    ``prompt`` (restored before each call, so every call proposes from the same state)."""
+    drafter = create_drafter(name)
+    state = record_decode_state(target, drafter, prompt, DECODE_STEPS, budget)
+
+    def propose() -> object:
+        state.restore(drafter)
+        return drafter.propose(state.next_context)
+
+    return propose
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default")
@@ -55,46 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     target = load_target(args.model, "cpu")
     prompt = first_turn_prompts(target, "demo", 1)[0]
-    cache = prefilled_cache(target, synthetic_prefix(args.prefix) % target.lm_head.weight.shape[0])
-    tree = tree_of_size(args.nodes, "bushy")
-
-    def verify() -> None:
-        target.forward_tree(tree, cache)
-        rewind(cache, args.prefix)
-
     sweeps = [int(mib) for mib in args.sweeps.split(",") if mib]
     buffer = torch.ones(max(sweeps, default=0) * 2**18)  # float32: 2**18 per MiB
-    before = {"verify": verify}
+    before: dict[str, Callable[[], object] | None] = {"verify": None}
     for mib in sweeps:
         before[f"sweep-{mib}"] = (lambda n: lambda: buffer[:n].sum())(mib * 2**18)
     for name in (n for n in args.drafters.split(",") if n):
-        drafter = create_drafter(name)
-        state = record_decode_state(target, drafter, prompt, DECODE_STEPS, args.budget)
-
-        def propose(drafter=drafter, state=state) -> None:
-            state.restore(drafter)
-            drafter.propose(state.next_context)
-
-        before[name] = propose
-
-    times: dict[str, list[float]] = {name: [] for name in before}
-    names = list(before)
-    with torch.inference_mode():
-        for round_number in range(args.rounds + 1):  # round 0 warms every condition up, untimed
-            shift = round_number % len(names)
-            for name in names[shift:] + names[:shift]:
-                before[name]()
-                start = wall_clock(target.device)
-                verify()
-                if round_number:
-                    times[name].append((wall_clock(target.device) - start) * 1000)
-    base = statistics.median(times["verify"])
+        before[name] = drafter_propose(target, name, prompt, args.budget)
+    medians = time_verify_after(target, before, args.nodes, args.prefix, args.rounds)
     print(f"{args.nodes}-node verify against a {args.prefix}-token cache, median of {args.rounds} rounds, "
           f"{args.threads} threads")
     print(f"{'after':>12}  {'verify ms':>9}  {'/ after verify':>14}")
-    for name in names:
-        median = statistics.median(times[name])
-        print(f"{name:>12}  {median:9.2f}  {median / base:14.3f}")
+    for name, median in medians.items():
+        print(f"{name:>12}  {median:9.2f}  {median / medians['verify']:14.3f}")
     return 0
 
 

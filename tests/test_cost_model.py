@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from specbench.harness.autobudget.predict import BudgetPoint, verify_ratio
 from specbench.harness.autobudget.profile import VerifyProfile
@@ -155,3 +156,31 @@ def test_draft_vocab_cover_on_the_main_job():
     assert 0.92 < coverage(runs["vanilla"], vocabulary) < 0.99
     loss, hit = capped_tau_loss(runs["eagle"], vocabulary)
     assert 0.01 < loss < 0.08 and 0.0 < hit < loss
+
+
+def test_verify_after_propose_times_the_verify_alone_after_each_action(llama_target, monkeypatch):
+    """`benchmarks.verify_after_propose`: an action that takes 40 ms itself is not timed (its verify costs what a
+    verify after a verify does), an action that makes the next forward 40 ms slower is; a drafter's propose
+    condition proposes the same tree on every call (its state is restored each time)."""
+    import time
+
+    from benchmarks.verify_after_propose import drafter_propose, time_verify_after
+    from specbench.model import TargetModel
+
+    slowed = []
+    forward_tree = TargetModel.forward_tree
+
+    def forward(self, *args, **kwargs):
+        if slowed:
+            slowed.clear()
+            time.sleep(0.04)
+        return forward_tree(self, *args, **kwargs)
+
+    monkeypatch.setattr(TargetModel, "forward_tree", forward)
+    medians = time_verify_after(llama_target, {"verify": None, "busy": lambda: time.sleep(0.04),
+                                               "slowing": lambda: slowed.append(True)}, nodes=4, prefix=8, rounds=3)
+    assert list(medians) == ["verify", "busy", "slowing"]
+    assert medians["busy"] < medians["verify"] + 20 < 40 <= medians["slowing"]
+    propose = drafter_propose(llama_target, "ngram", [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7], 4)
+    first, second = propose(), propose()
+    assert torch.equal(first.tokens, second.tokens) and torch.equal(first.parents, second.parents)
