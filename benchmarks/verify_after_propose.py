@@ -2,7 +2,7 @@
 
 `auto` prices a step's verify from the verify-cost profile, which times verify after verify; in a run every
 verify follows the drafter's propose. On the README's main job of 5628b80 hydra's, medusa's and ctc's 12-node
-verify steps ran 1.29x, 1.23x and 1.19x vanilla's one-node verify where the profile gave 1.15, eagle's 1.14x
+verify steps ran 1.29x, 1.23x and 1.19x vanilla's one-node verify where the profile gave 1.15, eagle's 1.14x.
 This asks whether the propose is why, by timing the same verify forward (a ``--nodes``-node bushy tree against a
 ``--prefix``-token cache, its slots dropped after) right after each of:
 
@@ -29,17 +29,10 @@ from collections.abc import Callable
 
 import torch
 
-from benchmarks.benchlib import (
-    first_turn_prompts,
-    prefilled_cache,
-    record_decode_state,
-    rewind,
-    synthetic_prefix,
-    tree_of_size,
-)
+from benchmarks.benchlib import first_turn_prompts, record_decode_state, tree_of_size
+from specbench.harness.autobudget.profile import single_forward
 from specbench.model import load_target
 from specbench.registry import create_drafter
-from specbench.timing import wall_clock
 
 DECODE_STEPS = 6  # real decode steps before the proposes timed against (the drafter's state mid-sequence)
 
@@ -48,15 +41,11 @@ def time_verify_after(target, before: dict[str, Callable[[], object] | None], no
                       rounds: int) -> dict[str, float]:
     """Median ms of one ``nodes``-node bushy verify (against a ``prefix``-token cache, its slots dropped after) right
     after each of ``before``'s actions, over ``rounds`` rotating rounds after an untimed one. The clock starts
-    after the action: only the verify is timed. ``before`` may name "verify": the verify itself."""
-    cache = prefilled_cache(target, synthetic_prefix(prefix) % target.lm_head.weight.shape[0])
+    after the action: only the verify is timed, by the profile's own timed forward (`profile.single_forward`).
+    ``before`` may name "verify" with None: the verify itself."""
+    forward = single_forward(target, prefix)  # tree -> ms, its slots dropped after
     tree = tree_of_size(nodes, "bushy")
-
-    def verify() -> None:
-        target.forward_tree(tree, cache)
-        rewind(cache, prefix)
-
-    actions = {name: verify if action is None else action for name, action in before.items()}
+    actions = {name: (lambda: forward(tree)) if action is None else action for name, action in before.items()}
     times: dict[str, list[float]] = {name: [] for name in actions}
     names = list(actions)
     with torch.inference_mode():
@@ -64,10 +53,9 @@ def time_verify_after(target, before: dict[str, Callable[[], object] | None], no
             shift = round_number % len(names)
             for name in names[shift:] + names[:shift]:
                 actions[name]()
-                start = wall_clock(target.device)
-                verify()
+                elapsed = forward(tree)
                 if round_number:
-                    times[name].append((wall_clock(target.device) - start) * 1000)
+                    times[name].append(elapsed)
     return {name: statistics.median(samples) for name, samples in times.items()}
 
 

@@ -230,7 +230,7 @@ def measure_profile(target, sizes=None, shapes=TREE_SHAPES, prefix: int = 300, r
     sizes = sizes or (DEFAULT_SIZES if batch == 1 else BATCH_SIZES)
     if repeats < 1 or prefix < 1 or not sizes or batch < 1:
         raise SpecbenchError("a profile needs at least one size, one repeat, a prefix of one token and one row")
-    forward = _batch_forward(target, batch, prefix, max(sizes)) if batch > 1 else _single_forward(target, prefix)
+    forward = _batch_forward(target, batch, prefix, max(sizes)) if batch > 1 else single_forward(target, prefix)
     cells = [(shape, n, tree_of_size(n, shape)) for shape in shapes for n in sizes]
     # Samples are keyed by the tree's structure, not its shape's name: 1 and 2 nodes are one forward in every
     # shape, so their samples pool and the shapes share one denominator (unpooled, a noisy 2026-11-26 CPU
@@ -251,7 +251,7 @@ def measure_profile(target, sizes=None, shapes=TREE_SHAPES, prefix: int = 300, r
                          repeats=repeats, measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"), batch=batch)
 
 
-def _single_forward(target, prefix: int):
+def single_forward(target, prefix: int):
     """ms of one `TargetModel.forward_tree` against a ``prefix``-token cache, the tree's slots dropped after."""
     cache = prefilled_cache(target, synthetic_prefix(prefix) % target.lm_head.weight.shape[0])
 
