@@ -33,16 +33,17 @@ def repredict(run: Path) -> pd.DataFrame:
     calibration, profile = manifest["calibration"], VerifyProfile.from_json(manifest["profile"], "manifest")
     summary = pd.read_csv(run / "summary.csv")
     measured = summary[(summary["category"] == "overall") & (summary["batch_size"] == 1)].set_index("drafter")["speedup"]
+    share = (calibration.get("prefill") or {}).get("share", 0.0)
     rows = []
     for name, old in calibration.get("draft_ratio", {}).items():
         choice, loop = manifest["budgets"][name], old.get("loop") or calibration["loop"]
         replayed = [BudgetPoint(p["budget"], p["tau"], p["draft_ms"] / old["ratio"], p.get("trees") or {})
                     for p in choice["curve"]]
         new = draft_ratio({key: old[key] for key in ("budget", "steps", "run_ms")}, replayed)
-        best, predictions = best_budget(with_draft_ratio(replayed, new["ratio"]), profile, loop["overhead_ms"],
-                                        loop["verify1_ms"])
+        terms = (loop["overhead_ms"], loop["verify1_ms"], old.get("run_overhead_ms"), share)  # runs before: None, 0
+        best, predictions = best_budget(with_draft_ratio(replayed, new["ratio"]), profile, *terms)
         _, old_predictions = best_budget([replace(p, draft_ms=p.draft_ms * old["ratio"]) for p in replayed], profile,
-                                         loop["overhead_ms"], loop["verify1_ms"])
+                                         *terms)
         budget, speedup = choice["budget"], measured.get(name, float("nan"))
         rows.append({"drafter": name, "budget": budget, "old_ratio": old["ratio"], "new_ratio": new["ratio"],
                      "old_predicted": old_predictions[budget], "new_predicted": predictions[budget],

@@ -1,11 +1,13 @@
 """`auto`'s cost model against the run: per drafter and batch size, each term of the predicted step beside what
 the answers' stage times measured, so a missed prediction says which term missed.
 
-`auto` predicts speedup(b) = τ(b) (v1 + o) / (V(b) + d(b) + o) (`harness.autobudget.predict`): V(b) the verify of
-the drafter's trees (v1 times the profile's ratio), d(b) its draft cost (replayed, times the draft ratio), o the
-loop's per-step work, v1 the one-node verify, all at the batch size. The manifest records the chosen point's τ, d,
-prediction and the calibration's v1 and o (at batch 1 each drafter's own, timed beside its draft ratio, where
-the manifest has it), so V is backed out exactly: V = τ (v1 + o) / prediction − d − o. The
+`auto` predicts a step's speedup S(b) = τ(b) (v1 + o) / (V(b) + d(b) + o') (`harness.autobudget.predict`): V(b) the
+verify of the drafter's trees (v1 times the profile's ratio), d(b) its draft cost (replayed, times the draft
+ratio), o the plain loop's per-step work, o' the drafter's own (at batch 1 measured in its real decode, where the
+manifest has it; else o), v1 the one-node verify, all at the batch size. The manifest records the chosen point's
+τ, d, step prediction (or, in runs before the prefill term, the prediction itself) and the calibration's v1, o
+and o' (at batch 1 each drafter's own, timed beside its draft ratio, where the manifest has it), so V is backed
+out exactly: V = τ (v1 + o) / S − d − o'. The
 run's per-step means come from the answers' step records (verify; draft plus transform; accept as the loop's
 part). Vanilla's row puts v1 beside its measured one-node verify: their ratio is the sitting's pace against the
 calibration's, which cancels in a speedup; a drafter's verify or draft that misses by more than vanilla's does
@@ -33,13 +35,15 @@ def step_means(records: list[Answer]) -> dict[str, float]:
             "tau": float(np.mean([step.accepted for step in steps]))}
 
 
-def drafter_loop(calibration: dict, name: str, size: int, loop: dict) -> tuple[float, float]:
-    """(v1, o) that `auto` weighed ``name``'s draft cost against at batch ``size``: at batch 1 the loop timed
+def drafter_loop(calibration: dict, name: str, size: int, loop: dict) -> tuple[float, float, float]:
+    """(v1, o, o') that `auto` weighed ``name``'s draft cost against at batch ``size``: at batch 1 the loop timed
     beside its draft ratio (`choose.measure_run_draft`) where the manifest records one, else the calibration's
-    ``loop`` (runs from before that timing, and every batch size > 1)."""
-    own = ((calibration.get("draft_ratio") or {}).get(name) or {}).get("loop") if size == 1 else None
-    timing = own or loop
-    return timing["verify1_ms"], timing["overhead_ms"]
+    ``loop`` (runs from before that timing, and every batch size > 1); o' the drafter's own overhead in that
+    real decode where recorded, else o."""
+    ratio = ((calibration.get("draft_ratio") or {}).get(name) or {}) if size == 1 else {}
+    timing = ratio.get("loop") or loop
+    own = ratio.get("run_overhead_ms")
+    return timing["verify1_ms"], timing["overhead_ms"], timing["overhead_ms"] if own is None else own
 
 
 def cost_model_table(run: RunResults) -> Table | None:
@@ -71,10 +75,11 @@ def cost_model_table(run: RunResults) -> Table | None:
             if choice is None or choice.get("how") != "auto" or point is None:
                 continue
             predicted = point["predicted_speedup"]
-            v1, o = drafter_loop(calibration, name, size, loop)
+            step = point.get("step_speedup", predicted)
+            v1, o, own = drafter_loop(calibration, name, size, loop)
             rows.append({"drafter": name, "batch": size, "budget": choice["budget"], "verify1_pred": v1,
-                         "verify_pred": point["tau"] * (v1 + o) / predicted - point["draft_ms"] - o,
-                         "draft_pred": point["draft_ms"], "loop_pred": o, "tau_calibration": point["tau"],
+                         "verify_pred": point["tau"] * (v1 + o) / step - point["draft_ms"] - own,
+                         "draft_pred": point["draft_ms"], "loop_pred": own, "tau_calibration": point["tau"],
                          "predicted_speedup": predicted, **measured})
     if not any(row["drafter"] != BASELINE for row in rows):
         return None
@@ -93,8 +98,9 @@ def cost_model_table(run: RunResults) -> Table | None:
     })
     note = ("Each cell: predicted / measured, per decoding step (at batch B a step verifies every row's tree in one "
             "forward). Predicted: `auto`'s terms at the chosen budget (verify backed out of the recorded prediction; "
-            "draft: the replayed propose cost, at batch 1 times the run/replay draft ratio; loop: the calibration's "
-            "per-step overhead); v1: the one-node verify the prediction is scaled by, at batch 1 the drafter's own, "
+            "draft: the replayed propose cost, at batch 1 times the run/replay draft ratio; loop: the drafter's own "
+            "per-step overhead in its real decode where recorded, else the calibration's plain one); v1: the one-node "
+            "verify the prediction is scaled by, at batch 1 the drafter's own, "
             "timed beside its draft ratio where the run records one. Measured: the answers' stage means (loop: accept "
             "and KV commit). Vanilla's verify ratio is the sitting's pace against the calibration's and cancels in a "
             "speedup; a drafter whose ratio differs from vanilla's at the same batch size was timed at another pace "

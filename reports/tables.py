@@ -351,7 +351,8 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
     budgets = (run.manifest or {}).get("budgets")
     if not budgets:
         return None
-    ratios = ((run.manifest or {}).get("calibration") or {}).get("draft_ratio") or {}
+    calibration = (run.manifest or {}).get("calibration") or {}
+    ratios, share = calibration.get("draft_ratio") or {}, (calibration.get("prefill") or {}).get("share", 0.0)
     rows = []
     for name, choice in budgets.items():  # summary names may carry a lossy mark: "medusa (typical, lossy)"
         drafter = next((d for d in summary["drafter"].unique() if d == name or d.startswith(name + " (")), name)
@@ -364,7 +365,7 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         calibration_tau = point["tau"] if point else np.nan
         rows.append({"drafter": drafter, "how": choice["how"], "budget": choice["budget"],
                      "calibration_tau": calibration_tau, "run_tau": tau, "predicted_speedup": predicted,
-                     "predicted_with_run_tau": predicted * tau / calibration_tau if point else np.nan,
+                     "predicted_with_run_tau": with_run_tau(point, tau, share) if point else np.nan,
                      "draft_ratio": ratios.get(name, {}).get("ratio", np.nan),
                      "measured_speedup": speedup, "n_questions": overall["n_questions"].iloc[0],
                      "ci_low": overall["speedup_ci_low"].iloc[0], "ci_high": overall["speedup_ci_high"].iloc[0]})
@@ -380,11 +381,14 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         "Measured [95% CI]": [ci_cell(s, lo, hi, float(n)) for s, lo, hi, n in
                               zip(data["measured_speedup"], data["ci_low"], data["ci_high"], data["n_questions"])],
     })
-    note = ("auto: the budget of highest predicted speedup = τ(b) (v1 + o) / (v1 r(b) + c d(b) + o), τ(b) and the "
-            "draft cost d(b) replayed on the calibration set, c the draft ratio (the drafter's propose cost in a "
-            "real run over replay's, measured on one calibration turn; a dash: not measured, c = 1), r(b) the "
-            "verify-cost profile's ratio for the trees the drafter proposed, v1 and o this run's measured 1-node "
-            "verify and loop overhead. Predicted, run τ: the same costs with the run's τ.")
+    note = ("auto: the budget of highest predicted speedup; a step's is S(b) = τ(b) (v1 + o) / (v1 r(b) + c d(b) + "
+            "o'), τ(b) and the draft cost d(b) replayed on the calibration set, c the draft ratio (the drafter's "
+            "propose cost in a real run over replay's, measured on one calibration turn; a dash: not measured, "
+            "c = 1), r(b) the verify-cost profile's ratio for the trees the drafter proposed, v1 and o this run's "
+            "measured 1-node verify and loop overhead, o' the drafter's own overhead in that real decode (o in "
+            "runs that did not record it); the prediction is the wall-time speedup (1 + p) / (p + 1 / S(b)), p the "
+            "calibration turns' prefill over their plain decode time (0 in runs that did not record it). "
+            "Predicted, run τ: the same costs with the run's τ.")
     if not run.sampling.greedy:
         note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
                  "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")
@@ -446,6 +450,16 @@ def at_batch(entry: dict | None, size: int) -> dict | None:
     if not entry:
         return None
     return entry if size == 1 else (entry.get("batches") or {}).get(str(size))
+
+
+def with_run_tau(point: dict, tau: float, share: float) -> float:
+    """A chosen curve point's prediction with the run's τ in place of the calibration's (same costs): the step
+    prediction scaled by τ run / τ calibration, then the prefill (runs without a recorded step prediction: the
+    whole prediction scaled)."""
+    step = point.get("step_speedup")
+    if step is None:
+        return point["predicted_speedup"] * tau / point["tau"]
+    return metrics.wall_speedup(step * tau / point["tau"], share)
 
 
 def predicted_at(choice: dict | None, size: int) -> float:

@@ -8,6 +8,9 @@
   P(>= d | >= d - 1); optionally counting at depth d only the steps that proposed a node there.
 - decode walk (offline, for training's estimates): tau of decoding a known response when each position
   would emit a known number of tokens.
+- wall speedup: the wall-time speedup of turns whose decode steps speed up by S when a turn's prefill costs p of
+  plain decoding's decode time of it, (1 + p) / (p + 1 / S) (what `auto` predicts; the prefill is the same for
+  every drafter).
 - batches: throughput over batch passes (tokens over the passes' measured wall time, each pass once) and
   per-sequence latency percentiles (ms per token).
 """
@@ -116,3 +119,10 @@ def pass_throughput(passes: Sequence[dict]) -> float:
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (numpy's linear interpolation), NaN for no values (per-sequence ms/token)."""
     return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def wall_speedup(step_speedup: float, prefill_share: float) -> float:
+    """The wall-time speedup of turns whose decode steps speed up by ``step_speedup``, when a turn's prefill
+    costs ``prefill_share`` of plain decoding's decode time of it: (1 + p) / (p + 1 / S). Monotone in S, and
+    between S and 1."""
+    return (1 + prefill_share) / (prefill_share + 1 / step_speedup)

@@ -220,9 +220,11 @@ def test_the_batch_1_choice_is_priced_with_the_drafters_own_loop_timing(tiny_run
     manifest = json.loads((out / "manifest.json").read_text())
     profile = VerifyProfile.from_json(manifest["profile"], "manifest")
     assert manifest["calibration"]["loop"]["verify1_ms"] < own["verify1_ms"] / 10
+    share = manifest["calibration"]["prefill"]["share"]
     for point in manifest["budgets"]["ngram"]["curve"]:
         priced = BudgetPoint(point["budget"], point["tau"], point["draft_ms"], point["trees"])
-        assert point["predicted_speedup"] == pytest.approx(predicted_speedup(priced, profile, 0.5, 500.0))
+        assert point["predicted_speedup"] == pytest.approx(predicted_speedup(priced, profile, 0.5, 500.0,
+                                                                             prefill_share=share))
 
     from specbench.reports.cost_model import cost_model_table
     from specbench.reports.runs import load_runs
@@ -234,3 +236,64 @@ def test_the_batch_1_choice_is_priced_with_the_drafters_own_loop_timing(tiny_run
     point = next(p for p in choice["curve"] if p["budget"] == choice["budget"])
     priced = BudgetPoint(point["budget"], point["tau"], point["draft_ms"], point["trees"])
     assert table.loc["ngram", "verify_pred"] == pytest.approx(500.0 * verify_ratio(priced, profile))
+
+
+def test_the_batch_1_prediction_carries_the_drafters_own_overhead_and_the_prefill(
+        tiny_run_setup, tmp_path, monkeypatch):  # noqa: F811
+    """At batch 1 the drafter's side of a step costs its own overhead from its real decode (``run_overhead_ms``),
+    not plain decoding's, and the prediction is the wall-time speedup with the calibration's measured prefill
+    share: the recorded prediction is (1 + p) / (p + 1 / S) of the recorded step prediction S, S is priced with
+    o', the budget is the one the step prediction picks, and the report's cost model shows o' and backs V out
+    exactly. A drafter's 40 ms of acceptance per step must lower its prediction."""
+    import specbench.harness.autobudget.choose as choose
+    from specbench.harness.autobudget.predict import best_budget, step_speedup, verify_ratio
+    from specbench.metrics import wall_speedup
+    from test_tree_budgets import run_tiny
+
+    target, calibration, profile_path = tiny_run_setup
+    monkeypatch.setattr(choose, "replayed_curve", lambda *args: [BudgetPoint(b, float(b), 1.0) for b in args[6]])
+    own = {"verify1_ms": 50.0, "overhead_ms": 0.5, "steps": 8}
+    monkeypatch.setattr(choose, "cached_run_draft", lambda *args: {"budget": args[6], "steps": 8, "run_ms": 1.0,
+                                                                    "run_overhead_ms": 40.0, "loop": own})
+    out = tmp_path / "run"
+    run_tiny(target, out, calibration=str(calibration), profile=str(profile_path), auto_budgets=[1, 2, 4, 8], limit=1)
+    manifest = json.loads((out / "manifest.json").read_text())
+    profile = VerifyProfile.from_json(manifest["profile"], "manifest")
+    prefill = manifest["calibration"]["prefill"]
+    assert prefill["prefill_ms"] > 0 and prefill["new_tokens"] > 1 and prefill["share"] > 0
+    assert prefill["share"] == pytest.approx(prefill["prefill_ms"] / (
+        (prefill["new_tokens"] - 1) * (prefill["verify1_ms"] + prefill["overhead_ms"])))
+    choice = manifest["budgets"]["ngram"]
+    points = [BudgetPoint(p["budget"], p["tau"], p["draft_ms"], p["trees"]) for p in choice["curve"]]
+    for point, priced in zip(choice["curve"], points):
+        step = step_speedup(priced, profile, 0.5, 50.0, 40.0)
+        assert point["step_speedup"] == pytest.approx(step)
+        assert point["predicted_speedup"] == pytest.approx(wall_speedup(step, prefill["share"]))
+        assert min(step, 1.0) < point["predicted_speedup"] < max(step, 1.0)  # the prefill pulls towards 1
+        assert step < step_speedup(priced, profile, 0.5, 50.0)  # o' = 40 ms costs
+    assert choice["budget"] == best_budget(points, profile, 0.5, 50.0, 40.0)[0]
+
+    from specbench.reports.cost_model import cost_model_table
+    from specbench.reports.runs import load_runs
+
+    table = cost_model_table(load_runs([out])[0]).data.set_index("drafter")
+    assert table.loc["ngram", "loop_pred"] == 40.0
+    point = next(p for p in points if p.budget == choice["budget"])
+    assert table.loc["ngram", "verify_pred"] == pytest.approx(50.0 * verify_ratio(point, profile))
+
+
+def test_a_real_decode_records_its_own_overhead_and_the_prefill_share_is_measured(llama_target):
+    """`measure_run_draft` records the drafter's own ms per step outside verify and draft, and
+    `measure_prefill_share` times every calibration prompt's prefill beside a plain-decoding pass."""
+    import specbench.harness.autobudget.choose as choose
+    from specbench.drafters.ngram import NgramDrafter
+    from specbench.harness.autobudget.trajectories import record_trajectory
+
+    trajectories = [record_trajectory(llama_target, prompt, 12) for prompt in ([5, 6, 7, 8, 5, 6, 7], [9, 3, 4])]
+    measured = choose.measure_run_draft(llama_target, NgramDrafter(), trajectories[0], 4, 12)
+    assert measured["run_overhead_ms"] > 0 and set(measured["loop"]) == {"verify1_ms", "overhead_ms", "steps"}
+    prefill = choose.measure_prefill_share(llama_target, trajectories)
+    assert prefill["prefill_ms"] > 0 and prefill["verify1_ms"] > 0
+    assert prefill["new_tokens"] == pytest.approx(sum(len(t.continuation) for t in trajectories) / 2)
+    assert 0 < prefill["share"] == pytest.approx(prefill["prefill_ms"] / (
+        (prefill["new_tokens"] - 1) * (prefill["verify1_ms"] + prefill["overhead_ms"])))

@@ -9,8 +9,8 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    and the rest of a step (overhead o: accept, KV commit, bookkeeping); measured once per machine and
    cached, so that the choice does not flip between runs on noise (at batch 1 it only picks the budget step 5
    measures at; step 6 replaces it);
-4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + c d(b) + o), where r(b) = t(b) / t(1) from the
-   verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
+4. predicted speedup(b) = tau(b) (v1 + o) / (v1 r(b) + c d(b) + o) (o' for the last o at step 7), where
+   r(b) = t(b) / t(1) from the verify-cost profile (its shape; the scale comes from the measured loop, so a profile measured at
    another moment, or on another machine of the same kind, still applies), and the budget that
    maximises it;
 5. c, the drafter's *run/replay draft ratio*: its propose ms per step in a real run, on the first calibration
@@ -25,7 +25,14 @@ For each drafter whose budget is ``auto`` (greedy verification only: replay hold
    decoding just before and just after the drafter's real decode (`measure_run_draft`). A CPU's pace drifts
    by a quarter over minutes; step 3's v1, timed at another moment, once came out 1.41x the run's own and made
    every drafter's drafting look that much cheaper (docs/decisions.md, "At batch 1, a drafter's draft ms and
-   the v1 it is weighed against are timed in one window").
+   the v1 it is weighed against are timed in one window");
+7. at batch 1 the prediction is of what a run measures, a turn's wall time: the drafter's side of a step carries
+   its own overhead o' from that real decode (a tree's acceptance walk and KV commit: 1.1-1.8 ms per step on
+   the README's main job against a one-node step's 0.4-0.7), and the prefill, the same for every drafter,
+   enters as p = the calibration turns' prefill over their plain decode time (`measure_prefill_share`):
+   speedup = (1 + p) / (p + 1 / step speedup). Neither moves the budget much (p not at all: the wall-time
+   speedup is monotone in the step's); both lower the prediction by what a run would otherwise miss it by
+   (docs/decisions.md, "The drafter's own overhead and the prefill in `auto`'s prediction").
 
 At each batch size B > 1 of the run (``--batch-size``) the same prediction is made with B's own terms, and
 the budget chosen there is recorded in `BudgetChoice.batches`: the prediction is a *throughput* speedup over
@@ -51,7 +58,7 @@ from specbench.harness.autobudget.calibration import (
     calibration_source,
     calibration_trajectories,
 )
-from specbench.harness.autobudget.predict import BudgetPoint, best_budget
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget, step_speedup
 from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
@@ -65,16 +72,25 @@ from specbench.results import BASELINE
 CURVE_FORMAT = 3  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
 TIMING_PASSES = 3  # timed passes of them; the one with the fastest verify is kept (a busy moment only adds time)
+PREFILL_FORMAT = 1  # bump when what a cached prefill share measures changes
 BATCH_DRAFT_TURNS = 4  # calibration turns replayed with B rows for a drafter's propose cost at batch size B
 
 
 @dataclass
 class LoopTiming:
-    """This process's plain-decoding step: verify ms of one node (v1), the rest of a step (overhead)."""
+    """This process's plain-decoding step: verify ms of one node (v1), the rest of a step (overhead); where a
+    drafter's prediction is made, its own rest of a step (accept and KV commit of its trees; None: the plain
+    loop's) and the calibration turns' prefill over their plain decode time (`measure_prefill_share`)."""
 
     verify1_ms: float
     overhead_ms: float
     steps: int
+    drafter_overhead_ms: float | None = None
+    prefill_share: float = 0.0
+
+    def measured(self) -> dict:
+        """The plain loop's three measured fields (what caches and manifests record)."""
+        return {"verify1_ms": self.verify1_ms, "overhead_ms": self.overhead_ms, "steps": self.steps}
 
 
 def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS, batch: int = 1) -> LoopTiming:
@@ -106,9 +122,39 @@ def timed_pass(target, prompt_ids: list[int], tokens: int, batch: int, record: b
     if not result.steps:
         raise SpecbenchError("calibration: the timing prompt ended at once; cannot time the loop")
     verify = statistics.median(step.stage_ms["verify"] for step in result.steps)
+    return LoopTiming(verify1_ms=verify, overhead_ms=step_overhead_ms(result), steps=len(result.steps))
+
+
+def step_overhead_ms(result) -> float:
+    """A decoded turn's (`TurnResult` with stage times) mean ms per step outside its verify and draft stages:
+    acceptance, KV commit and the loop's bookkeeping."""
     staged = statistics.fmean(step.stage_ms.get("verify", 0.0) + step.draft_ms for step in result.steps)
     step_ms = (result.wall_s * 1000 - (result.prefill_ms or 0.0)) / len(result.steps)
-    return LoopTiming(verify1_ms=verify, overhead_ms=max(step_ms - staged, 0.0), steps=len(result.steps))
+    return max(step_ms - staged, 0.0)
+
+
+def measure_prefill_share(target, trajectories) -> dict:
+    """The calibration turns' prefill cost over plain decoding's decode time of them, p = mean prefill ms /
+    ((mean new tokens - 1) (v1 + o)): every turn's prompt prefilled through the loop (after one untimed prefill),
+    then one plain-decoding pass for v1 and o in the same window, so p is a ratio of one moment's costs.
+    {prefill_ms, new_tokens, verify1_ms, overhead_ms, share}."""
+    first = trajectories[0].prompt.tolist()
+    generate(target, VanillaDrafter(), first, 1, 1)
+    prefill_ms = statistics.fmean(generate(target, VanillaDrafter(), t.prompt.tolist(), 1, 1, breakdown=True).prefill_ms
+                                  for t in trajectories)
+    loop = timed_pass(target, first, TIMING_TOKENS, 1)
+    tokens = statistics.fmean(len(t.continuation) for t in trajectories)
+    steps = max(tokens - 1, 1.0)  # the first new token comes from the prefill's logits
+    return {"prefill_ms": prefill_ms, "new_tokens": tokens, "verify1_ms": loop.verify1_ms,
+            "overhead_ms": loop.overhead_ms, "share": prefill_ms / (steps * (loop.verify1_ms + loop.overhead_ms))}
+
+
+def cached_prefill_share(target, trajectories, trajectory_key: dict, machine: dict, root: Path) -> dict:
+    """`measure_prefill_share`, once per model, calibration set and machine (cached like the loop timing)."""
+    key = {"format": CURVE_FORMAT, "prefill_format": PREFILL_FORMAT, "trajectories": trajectory_key,
+           "machine": machine, "loop_tokens": TIMING_TOKENS}
+    path = root / "calibration" / f"prefill-{key_digest(key)}.json"
+    return cached_json(path, key, lambda: measure_prefill_share(target, trajectories))
 
 
 def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, machine: dict, root: Path,
@@ -120,7 +166,7 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
            "passes": TIMING_PASSES}
     key |= {"batch": batch} | batch_width(target, batch) if batch > 1 else {}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
-    return LoopTiming(**cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids, batch=batch))))
+    return LoopTiming(**cached_json(path, key, lambda: measure_loop_timing(target, prompt_ids, batch=batch).measured()))
 
 
 def drafter_identity(name: str, drafter, options: dict) -> dict:
@@ -148,7 +194,9 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
 
 def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> dict:
     """The drafter's propose ms per step decoding ``trajectory``'s prompt for real at ``budget`` (after one
-    untimed pass), and the loop timed in the same window: {budget, steps, run_ms, loop}. ``loop`` is a
+    untimed pass), its own ms per step outside verify and draft (``run_overhead_ms``: its trees' acceptance and
+    KV commit, which a one-node step's overhead underprices), and the loop timed in the same window:
+    {budget, steps, run_ms, run_overhead_ms, loop}. ``loop`` is a
     `LoopTiming` of plain decoding, the mean of one timed pass just before the real decode and one just after,
     so that the draft ms and the v1 it is weighed against share the machine's pace of that moment."""
     prompt = trajectory.prompt.tolist()
@@ -157,9 +205,11 @@ def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> 
     run = generate(target, drafter, prompt, tokens, budget, breakdown=True)
     after = timed_pass(target, prompt, TIMING_TOKENS, 1)
     run_ms = statistics.fmean(step.draft_ms for step in run.steps) if run.steps else 0.0
+    own = step_overhead_ms(run) if run.steps else None
     loop = LoopTiming(verify1_ms=(before.verify1_ms + after.verify1_ms) / 2,
                       overhead_ms=(before.overhead_ms + after.overhead_ms) / 2, steps=before.steps + after.steps)
-    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "loop": asdict(loop)}
+    return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "run_overhead_ms": own,
+            "loop": loop.measured()}
 
 
 def cached_run_draft(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
@@ -168,7 +218,7 @@ def cached_run_draft(target, name: str, drafter, options: dict, trajectory, traj
     curves, so `auto`'s choice is the same from run to run)."""
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
            "budget": budget, "tokens": tokens, "machine": machine,
-           "measures": "run draft ms, loop timed beside it", "loop_tokens": TIMING_TOKENS}
+           "measures": "run draft ms and overhead ms, loop timed beside it", "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / "curves" / f"{name}-run-{key_digest(key)}.json"
     return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens))
 
@@ -222,8 +272,11 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
             choices[name] = BudgetChoice(int(budget), "fixed")
         else:
             points, profile, timing = calibrate(name)
-            best, predictions = best_budget(points, profile, timing.overhead_ms, timing.verify1_ms)
-            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget]} for p in points]
+            best, predictions = best_budget(points, profile, timing.overhead_ms, timing.verify1_ms,
+                                            timing.drafter_overhead_ms, timing.prefill_share)
+            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget],
+                                  "step_speedup": step_speedup(p, profile, timing.overhead_ms, timing.verify1_ms,
+                                                               timing.drafter_overhead_ms)} for p in points]
             choices[name] = BudgetChoice(best, AUTO, predictions[best], curve)
     return choices
 
@@ -254,6 +307,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
                                                             cache_root())
     machine = {name: profile.key.get(name) for name in ("device", "device_name", "dtype", "threads", "torch")}
     timing = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root())
+    prefill = cached_prefill_share(target, trajectories, trajectory_key, machine, cache_root())
     candidates = [b for b in (config.auto_budgets or DEFAULT_CANDIDATES) if b <= max(profile.sizes)] or [1]
 
     curves: dict[str, list[BudgetPoint]] = {}  # draft costs scaled by the drafter's run/replay draft ratio
@@ -272,7 +326,9 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
                                      first, tokens, machine, cache_root())
         ratios[name] = draft_ratio(run_draft, replayed)
         curves[name] = with_draft_ratio(replayed, ratios[name]["ratio"])
-        return curves[name], profile, LoopTiming(**ratios[name]["loop"])  # v1 and o of the draft ms' window
+        window = LoopTiming(**ratios[name]["loop"])  # v1 and o of the draft ms' window
+        return curves[name], profile, replace(window, drafter_overhead_ms=ratios[name].get("run_overhead_ms"),
+                                              prefill_share=prefill["share"])
 
     def options(name: str) -> dict:
         return config.drafter_options.get(split_entry(name)[0], {})
@@ -280,7 +336,8 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
     choices = choose_budgets(wanted, calibrate)
     record = {"file": str(calibration), "source": calibrated_on,
               "questions": len(load_questions(calibration)), "turns": len(trajectories), "max_new_tokens": tokens,
-              "candidates": candidates, "profile_source": source, "loop": asdict(timing), "draft_ratio": ratios}
+              "candidates": candidates, "profile_source": source, "loop": timing.measured(), "prefill": prefill,
+              "draft_ratio": ratios}
     batches = {}
     for size in (size for size in config.batch_sizes if size > 1):  # the module docstring's batch sizes
         if progress:
@@ -296,7 +353,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
             draft = batch_draft_ms(target, name, drafters[name], options(name), trajectories, trajectory_key,
                                    [p.budget for p in points], tokens, machine, cache_root(), size)
             choices[name].batches[str(size)] = choose_at_batch(points, draft, profile_b, timing_b)
-        batches[str(size)] = {"profile_source": source_b, "loop": asdict(timing_b)}
+        batches[str(size)] = {"profile_source": source_b, "loop": timing_b.measured()}
     if batches:
         record["batches"] = batches
     return choices, record

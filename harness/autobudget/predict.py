@@ -6,7 +6,11 @@ Plain decoding emits one token per t_verify(1) + overhead. So
 
     predicted speedup(b) = tau(b) * (t_verify(1) + overhead) / (t_verify(b) + t_draft(b) + overhead).
 
-(The overhead appears on both sides: plain decoding runs through the same loop.) Given ``verify1_ms``,
+(The overhead appears on both sides: plain decoding runs through the same loop; given the drafter's own,
+``drafter_overhead_ms``, the drafter's side uses it: a tree's acceptance walk and KV commit cost more than a
+one-node step's.) A turn's wall time also holds its prefill, the same for every drafter; with ``prefill_share``
+p, the prefill's cost over plain decoding's decode time of a turn, the wall-time speedup is (1 + p) / (p +
+1 / step speedup), which is what a run measures (`metrics.wall_speedup`). Given ``verify1_ms``,
 the one-node cost measured in the process that will run, t_verify(b) = verify1_ms * t(b) / t(1): the
 profile supplies the shape of the cost curve and the run its scale. On a flat, GPU-like
 profile the best budget is the largest whose extra tau still pays for its draft cost; on a steep CPU
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from specbench.harness.autobudget.profile import VerifyProfile, tree_of_size
+from specbench.metrics import wall_speedup
 
 
 @dataclass(frozen=True)
@@ -85,11 +90,21 @@ def padded_ratio(trees: dict[tuple[int, int], int], profile: VerifyProfile) -> f
     return expected
 
 
-def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
-                      verify1_ms: float | None = None) -> float:
+def step_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
+                 verify1_ms: float | None = None, drafter_overhead_ms: float | None = None) -> float:
+    """Predicted speedup of decoding steps alone: tau (v1 + o) / (v1 r(b) + d(b) + o'), o' the drafter's own
+    per-step overhead where measured, else the plain loop's o."""
     one = profile.cost_ms(1) if verify1_ms is None else verify1_ms
     verify = one * verify_ratio(point, profile)
-    return point.tau * (one + overhead_ms) / (verify + point.draft_ms + overhead_ms)
+    own = overhead_ms if drafter_overhead_ms is None else drafter_overhead_ms
+    return point.tau * (one + overhead_ms) / (verify + point.draft_ms + own)
+
+
+def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
+                      verify1_ms: float | None = None, drafter_overhead_ms: float | None = None,
+                      prefill_share: float = 0.0) -> float:
+    """The wall-time speedup predicted at ``point`` (the module docstring's formula)."""
+    return wall_speedup(step_speedup(point, profile, overhead_ms, verify1_ms, drafter_overhead_ms), prefill_share)
 
 
 #: predictions within this fraction of the best count as ties; the smallest budget among them wins
@@ -98,11 +113,13 @@ TIE_TOLERANCE = 0.005
 
 
 def best_budget(points: list[BudgetPoint], profile: VerifyProfile, overhead_ms: float = 0.0,
-                verify1_ms: float | None = None) -> tuple[int, dict[int, float]]:
+                verify1_ms: float | None = None, drafter_overhead_ms: float | None = None,
+                prefill_share: float = 0.0) -> tuple[int, dict[int, float]]:
     """(the budget of highest predicted speedup, the prediction for each budget); budgets within
     `TIE_TOLERANCE` of the best tie, and ties go to the smallest budget."""
     if not points:
         raise ValueError("no budgets to choose from")
-    predictions = {p.budget: predicted_speedup(p, profile, overhead_ms, verify1_ms) for p in points}
+    predictions = {p.budget: predicted_speedup(p, profile, overhead_ms, verify1_ms, drafter_overhead_ms, prefill_share)
+                   for p in points}
     top = max(predictions.values())
     return min(b for b, v in predictions.items() if v >= top * (1 - TIE_TOLERANCE)), predictions
