@@ -6,7 +6,9 @@
 #      the committed token cache (no generation: the responses are there);
 #   2. eagle3 trained from scratch with a 16,384-token draft vocabulary (DRAFT_VOCAB; INIT warm-starts instead)
 #      for EPOCHS epochs in bf16 autocast, step decay STEP_DECAY (0.5: ahead of 0.8 at 3,000 x 1 on a CPU,
-#      docs/training-runs/cpu-2026-11-28-eagle3-decay05/), checkpointing every 500 steps, cut 120 s before the end;
+#      docs/training-runs/cpu-2026-11-28-eagle3-decay05/), with context columns (CONTEXT_VOCAB=0 leaves them out;
+#      after a whole-cache epoch on a CPU they lifted MT-bench tau by 0.003-0.054,
+#      docs/training-runs/cpu-2026-11-29-eagle3-context/), checkpointing every 500 steps, cut 120 s before the end;
 #   3. the learning curve so far (scripts/learning_curve.py, also from a partial checkpoint) and, if the training
 #      finished, the replay on MT-bench limit 2 at budgets 4, 8, 16 and 32 of the new eagle3 beside the shipped
 #      eagle (issue 44's bar: eagle3 above eagle at every budget).
@@ -31,6 +33,7 @@ device=${DEVICE:-cuda}
 tokens=${TOKENS:-data/distill-tokens/SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f}
 init=${INIT-}  # from scratch; INIT=STEM warm-starts (keeping that checkpoint's draft vocabulary)
 init_args=(); [ -n "$init" ] && init_args=(--init-from "$init")  # a warm start keeps the shipped draft vocabulary
+context_args=(--context-vocab); [ "${CONTEXT_VOCAB:-1}" = 0 ] && context_args=()  # the drafter then drafts with them
 mkdir -p "$work/logs" "$out"
 pack() { (cd "$work" && tar czf "$out/eagle3.tar.gz" logs $(ls eagle3-full.safetensors eagle3-full.json \
     eagle3-full.curve.json cache/manifest.json replay-*.csv 2>/dev/null)); }
@@ -44,7 +47,7 @@ echo "distill rc=$?" >> "$work/logs/status.txt"; pack
 echo "$(date +%T) train eagle3 ($(left) s left)"
 timeout "$(( $(left) - 120 ))" specbench train eagle3 --model default --cache "$work/cache" --epochs "${EPOCHS:-2}" \
     --samples-per-step 4 --lr 1e-3 --draft-vocab "${DRAFT_VOCAB:-16384}" --dtype bfloat16 --checkpoint-steps 500 --device "$device" \
-    --step-decay "${STEP_DECAY:-0.5}" \
+    --step-decay "${STEP_DECAY:-0.5}" "${context_args[@]}" \
     --no-progress "${init_args[@]}" --out-checkpoint "$work/eagle3-full" > "$work/logs/train.log" 2>&1
 echo "train rc=$?" >> "$work/logs/status.txt"
 python3 "$here/learning_curve.py" "$work/eagle3-full" > "$work/logs/curve.txt" 2>&1; pack
