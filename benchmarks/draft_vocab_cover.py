@@ -8,7 +8,7 @@ that vocabulary, and for each whole-vocabulary drafter in the run (eagle, hydra,
 of its steps keeps only the accepted tokens before the first one outside (an upper bound on what the cap costs a
 drafter as good as it). It reads only stored files; nothing is timed.
 
-Run:  python -m benchmarks.draft_vocab_cover docs/runs/main-job \
+Run:  python -m benchmarks.draft_vocab_cover docs/runs/main-job-5628b80 \
           drafters/checkpoints/eagle3-SmolLM2-135M-Instruct.Q4_1-b179c9523d0e6a0f
 """
 

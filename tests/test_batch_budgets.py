@@ -271,7 +271,7 @@ def test_the_batch_1_prediction_carries_the_drafters_own_overhead_and_the_prefil
         assert point["predicted_speedup"] == pytest.approx(wall_speedup(step, prefill["share"]))
         assert min(step, 1.0) < point["predicted_speedup"] < max(step, 1.0)  # the prefill pulls towards 1
         assert step < step_speedup(priced, profile, 0.5, 50.0)  # o' = 40 ms costs
-    assert choice["budget"] == best_budget(points, profile, 0.5, 50.0, 40.0)[0]
+    assert choice["budget"] == best_budget(points, profile, 0.5, 50.0, 40.0, prefill["share"])[0]
 
     from specbench.reports.cost_model import cost_model_table
     from specbench.reports.runs import load_runs

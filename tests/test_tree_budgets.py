@@ -295,6 +295,32 @@ def test_calibration_trajectories_and_curves_are_cached(tiny_run_setup, tmp_path
     assert len([n for n in cached if n.startswith("loop-")]) == 1  # the loop is timed once per machine
     run_tiny(target, tmp_path / "b", calibration=str(calibration), profile=str(profile), auto_budgets=[1, 4])
     assert sorted(p.name for p in (tmp_path / "cache" / "calibration").rglob("*") if p.is_file()) == cached
+    assert len([n for n in cached if n.startswith("prefill-")]) == 1  # the prefill share, once per machine
+
+
+@pytest.mark.parametrize("stored", ['{"key": {}, "value": [{"budget": 4, "tau": 1.5, "draft_ms": 2.0, "trees": {}, '
+                                    '"verify_scale": 1.1}]}', '{"key": {}, "val', '[]'])
+def test_an_unreadable_cache_file_is_computed_again_with_a_note(tmp_path, capsys, stored):
+    """A cached curve that another version of specbench wrote under the same key (an extra field), one cut short,
+    or one of another shape is measured again and replaced, with a one-line note: never a traceback. A readable one
+    is returned without computing."""
+    from specbench.harness.autobudget.trajectories import cached_json
+
+    path = tmp_path / "curves" / "ngram-0.json"
+    path.parent.mkdir()
+    path.write_text(stored)
+    fresh = [{"budget": 4, "tau": 1.7, "draft_ms": 3.0, "trees": {}}]
+    parse = lambda value: [BudgetPoint(**point) for point in value]  # noqa: E731
+    assert cached_json(path, {"k": 1}, lambda: fresh, parse) == [BudgetPoint(4, 1.7, 3.0)]
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and str(path) in note[0] and "computing it again" in note[0]
+    assert json.loads(path.read_text()) == {"key": {"k": 1}, "value": fresh}
+    assert not list(path.parent.glob("*.partial"))
+
+    def never():
+        raise AssertionError("a readable cache file is not computed again")
+
+    assert cached_json(path, {"k": 1}, never, parse) == [BudgetPoint(4, 1.7, 3.0)] and not capsys.readouterr().err
 
 
 def test_entries_pin_a_drafter_to_budgets_side_by_side(tiny_run_setup, tmp_path):

@@ -154,7 +154,8 @@ def cached_prefill_share(target, trajectories, trajectory_key: dict, machine: di
     key = {"format": CURVE_FORMAT, "prefill_format": PREFILL_FORMAT, "trajectories": trajectory_key,
            "machine": machine, "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / f"prefill-{key_digest(key)}.json"
-    return cached_json(path, key, lambda: measure_prefill_share(target, trajectories))
+    return cached_json(path, key, lambda: measure_prefill_share(target, trajectories), lambda value: value | {
+        "share": float(value["share"])})
 
 
 def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, machine: dict, root: Path,
@@ -166,7 +167,8 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
            "passes": TIMING_PASSES}
     key |= {"batch": batch} | batch_width(target, batch) if batch > 1 else {}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
-    return LoopTiming(**cached_json(path, key, lambda: measure_loop_timing(target, prompt_ids, batch=batch).measured()))
+    return cached_json(path, key, lambda: measure_loop_timing(target, prompt_ids, batch=batch).measured(),
+                       lambda value: LoopTiming(**value))
 
 
 def drafter_identity(name: str, drafter, options: dict) -> dict:
@@ -189,7 +191,7 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
         return [asdict(budget_point(row)) for row in table[table["category"] == "overall"].itertuples()]
 
     path = root / "calibration" / "curves" / f"{name}-{key_digest(key)}.json"
-    return [BudgetPoint(**point) for point in cached_json(path, key, replayed)]
+    return cached_json(path, key, replayed, lambda value: [BudgetPoint(**point) for point in value])
 
 
 def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> dict:
@@ -220,7 +222,8 @@ def cached_run_draft(target, name: str, drafter, options: dict, trajectory, traj
            "budget": budget, "tokens": tokens, "machine": machine,
            "measures": "run draft ms and overhead ms, loop timed beside it", "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / "curves" / f"{name}-run-{key_digest(key)}.json"
-    return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens))
+    return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens), lambda value: value | {
+        "run_ms": float(value["run_ms"]), "loop": LoopTiming(**value["loop"]).measured()})
 
 
 def draft_ratio(run_draft: dict, replayed: list[BudgetPoint]) -> dict:
@@ -249,7 +252,7 @@ def batch_draft_ms(target, name: str, drafter, options: dict, trajectories, traj
         return {str(row.budget): row.draft_ms for row in table[table["category"] == "overall"].itertuples()}
 
     path = root / "calibration" / "curves" / f"{name}-b{batch}-{key_digest(key)}.json"
-    return {int(budget): ms for budget, ms in cached_json(path, key, replayed).items()}
+    return cached_json(path, key, replayed, lambda value: {int(budget): float(ms) for budget, ms in value.items()})
 
 
 def choose_at_batch(points: list[BudgetPoint], draft_ms: dict[int, float], profile, timing: LoopTiming) -> dict:

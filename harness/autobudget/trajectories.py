@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,15 +90,23 @@ def key_digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def cached_json(path: Path, key: dict, compute):
-    """The ``value`` stored in ``path`` (a JSON file ``{"key": key, "value": ...}``), else ``compute()``
-    written there first. ``path`` is named by the key's digest, so a changed key is a new file."""
+def cached_json(path: Path, key: dict, compute, parse=lambda value: value):
+    """``parse`` of the ``value`` stored in ``path`` (a JSON file ``{"key": key, "value": ...}``), else of
+    ``compute()``, written there first. ``path`` is named by the key's digest, so a changed key is a new file. A
+    stored file that cannot be read or parsed (cut short, or written by another version of specbench under the
+    same key) is computed again and replaced, with a one-line note on stderr: a cache never stops a run."""
     if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))["value"]
+        try:
+            return parse(json.loads(path.read_text(encoding="utf-8"))["value"])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            print(f"specbench: cache file {path} is unreadable ({type(error).__name__}: {error}); computing it again",
+                  file=sys.stderr)
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"key": key, "value": value}, indent=1, default=str) + "\n", encoding="utf-8")
-    return value
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps({"key": key, "value": value}, indent=1, default=str) + "\n", encoding="utf-8")
+    partial.replace(path)  # atomic: an interrupted write leaves no file under the key's name
+    return parse(value)
 
 
 def questions_digest(questions: list[Question]) -> str:
