@@ -62,7 +62,7 @@ from specbench.harness.autobudget.predict import BudgetPoint, best_budget, step_
 from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
-from specbench.harness.autobudget.trajectories import cached_json, key_digest
+from specbench.harness.autobudget.trajectories import cached_json, holding, key_digest
 from specbench.harness.loop import Job, generate, generate_batch
 from specbench.model_source import cache_root
 from specbench.progress import enabled
@@ -78,19 +78,11 @@ BATCH_DRAFT_TURNS = 4  # calibration turns replayed with B rows for a drafter's 
 
 @dataclass
 class LoopTiming:
-    """This process's plain-decoding step: verify ms of one node (v1), the rest of a step (overhead); where a
-    drafter's prediction is made, its own rest of a step (accept and KV commit of its trees; None: the plain
-    loop's) and the calibration turns' prefill over their plain decode time (`measure_prefill_share`)."""
+    """This process's plain-decoding step: verify ms of one node (v1), the rest of a step (overhead)."""
 
     verify1_ms: float
     overhead_ms: float
     steps: int
-    drafter_overhead_ms: float | None = None
-    prefill_share: float = 0.0
-
-    def measured(self) -> dict:
-        """The plain loop's three measured fields (what caches and manifests record)."""
-        return {"verify1_ms": self.verify1_ms, "overhead_ms": self.overhead_ms, "steps": self.steps}
 
 
 def measure_loop_timing(target, prompt_ids: list[int], tokens: int = TIMING_TOKENS, batch: int = 1) -> LoopTiming:
@@ -154,8 +146,7 @@ def cached_prefill_share(target, trajectories, trajectory_key: dict, machine: di
     key = {"format": CURVE_FORMAT, "prefill_format": PREFILL_FORMAT, "trajectories": trajectory_key,
            "machine": machine, "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / f"prefill-{key_digest(key)}.json"
-    return cached_json(path, key, lambda: measure_prefill_share(target, trajectories), lambda value: value | {
-        "share": float(value["share"])})
+    return cached_json(path, key, lambda: measure_prefill_share(target, trajectories), holding("share"))
 
 
 def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, machine: dict, root: Path,
@@ -167,7 +158,7 @@ def cached_loop_timing(target, prompt_ids: list[int], trajectory_key: dict, mach
            "passes": TIMING_PASSES}
     key |= {"batch": batch} | batch_width(target, batch) if batch > 1 else {}
     path = root / "calibration" / f"loop-{key_digest(key)}.json"
-    return cached_json(path, key, lambda: measure_loop_timing(target, prompt_ids, batch=batch).measured(),
+    return cached_json(path, key, lambda: asdict(measure_loop_timing(target, prompt_ids, batch=batch)),
                        lambda value: LoopTiming(**value))
 
 
@@ -211,7 +202,7 @@ def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> 
     loop = LoopTiming(verify1_ms=(before.verify1_ms + after.verify1_ms) / 2,
                       overhead_ms=(before.overhead_ms + after.overhead_ms) / 2, steps=before.steps + after.steps)
     return {"budget": budget, "steps": len(run.steps), "run_ms": run_ms, "run_overhead_ms": own,
-            "loop": loop.measured()}
+            "loop": asdict(loop)}
 
 
 def cached_run_draft(target, name: str, drafter, options: dict, trajectory, trajectory_key: dict, budget: int,
@@ -222,8 +213,8 @@ def cached_run_draft(target, name: str, drafter, options: dict, trajectory, traj
            "budget": budget, "tokens": tokens, "machine": machine,
            "measures": "run draft ms and overhead ms, loop timed beside it", "loop_tokens": TIMING_TOKENS}
     path = root / "calibration" / "curves" / f"{name}-run-{key_digest(key)}.json"
-    return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens), lambda value: value | {
-        "run_ms": float(value["run_ms"]), "loop": LoopTiming(**value["loop"]).measured()})
+    return cached_json(path, key, lambda: measure_run_draft(target, drafter, trajectory, budget, tokens),
+                       holding("run_ms", "run_overhead_ms", "loop"))
 
 
 def draft_ratio(run_draft: dict, replayed: list[BudgetPoint]) -> dict:
@@ -265,8 +256,8 @@ def choose_at_batch(points: list[BudgetPoint], draft_ms: dict[int, float], profi
 
 
 def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetChoice]:
-    """Each drafter's `BudgetChoice`; ``calibrate(name)`` returns (points, profile, timing) for a drafter
-    whose budget is ``auto`` (called only for those)."""
+    """Each drafter's `BudgetChoice`; ``calibrate(name)`` returns (points, profile, timing, the drafter's own
+    overhead ms or None, the prefill share) for a drafter whose budget is ``auto`` (called only for those)."""
     choices = {}
     for name, budget in wanted.items():
         if split_entry(name)[0] == BASELINE:
@@ -274,12 +265,12 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
         elif budget != AUTO:
             choices[name] = BudgetChoice(int(budget), "fixed")
         else:
-            points, profile, timing = calibrate(name)
-            best, predictions = best_budget(points, profile, timing.overhead_ms, timing.verify1_ms,
-                                            timing.drafter_overhead_ms, timing.prefill_share)
+            points, profile, timing, own_overhead_ms, prefill_share = calibrate(name)
+            best, predictions = best_budget(points, profile, timing.overhead_ms, timing.verify1_ms, own_overhead_ms,
+                                            prefill_share)
             curve = [asdict(p) | {"predicted_speedup": predictions[p.budget],
                                   "step_speedup": step_speedup(p, profile, timing.overhead_ms, timing.verify1_ms,
-                                                               timing.drafter_overhead_ms)} for p in points]
+                                                               own_overhead_ms)} for p in points]
             choices[name] = BudgetChoice(best, AUTO, predictions[best], curve)
     return choices
 
@@ -330,8 +321,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         ratios[name] = draft_ratio(run_draft, replayed)
         curves[name] = with_draft_ratio(replayed, ratios[name]["ratio"])
         window = LoopTiming(**ratios[name]["loop"])  # v1 and o of the draft ms' window
-        return curves[name], profile, replace(window, drafter_overhead_ms=ratios[name].get("run_overhead_ms"),
-                                              prefill_share=prefill["share"])
+        return curves[name], profile, window, ratios[name].get("run_overhead_ms"), prefill["share"]
 
     def options(name: str) -> dict:
         return config.drafter_options.get(split_entry(name)[0], {})
@@ -339,7 +329,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
     choices = choose_budgets(wanted, calibrate)
     record = {"file": str(calibration), "source": calibrated_on,
               "questions": len(load_questions(calibration)), "turns": len(trajectories), "max_new_tokens": tokens,
-              "candidates": candidates, "profile_source": source, "loop": timing.measured(), "prefill": prefill,
+              "candidates": candidates, "profile_source": source, "loop": asdict(timing), "prefill": prefill,
               "draft_ratio": ratios}
     batches = {}
     for size in (size for size in config.batch_sizes if size > 1):  # the module docstring's batch sizes
@@ -356,7 +346,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
             draft = batch_draft_ms(target, name, drafters[name], options(name), trajectories, trajectory_key,
                                    [p.budget for p in points], tokens, machine, cache_root(), size)
             choices[name].batches[str(size)] = choose_at_batch(points, draft, profile_b, timing_b)
-        batches[str(size)] = {"profile_source": source_b, "loop": timing_b.measured()}
+        batches[str(size)] = {"profile_source": source_b, "loop": asdict(timing_b)}
     if batches:
         record["batches"] = batches
     return choices, record

@@ -109,6 +109,17 @@ def cached_json(path: Path, key: dict, compute, parse=lambda value: value):
     return parse(value)
 
 
+def holding(*keys: str):
+    """A `cached_json` parse for a dict value that must hold ``keys``: a file without them is stale (KeyError, so
+    it is computed again)."""
+    def parse(value: dict) -> dict:
+        missing = [key for key in keys if key not in value]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+        return value
+    return parse
+
+
 def questions_digest(questions: list[Question]) -> str:
     """A hash of the questions' ids, categories and turns, in order (what their trajectories depend on)."""
     lines = [json.dumps([str(q.question_id), q.category, list(q.turns)], ensure_ascii=False) for q in questions]
