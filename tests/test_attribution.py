@@ -285,7 +285,8 @@ def test_a_bf16_run_attributes_its_divergences(tiny_model_dir, tmp_path, capsys)
 
 # ---- the default model (slow) -----------------------------------------------------------------------------
 BF16_RUN = ["--bench", "mt_bench", "--categories", "writing,reasoning", "--limit", "1", "--max-new-tokens", "64",
-            "--tree-budget", "8", "--dtype", "bfloat16", "--threads", "1", "--no-progress"]
+            "--tree-budget", "8", "--dtype", "bfloat16", "--threads", "1", "--no-progress",
+            "--no-warmup"]  # ids and margins do not depend on a warm-up; it would add an eighth of the decoding
 SLOW_DRAFTERS = "vanilla,ngram,hydra,eagle"
 
 

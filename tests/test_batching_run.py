@@ -13,7 +13,7 @@ import pytest
 from specbench import metrics
 from specbench.errors import SpecbenchError
 from specbench.harness.config import RunConfig
-from test_cli import assert_one_line_error, run_cli
+from test_cli import assert_one_line_error, cli_in_process
 
 QUESTIONS = [  # ragged prompts, two turns each (one question with one turn: a pass without it)
     {"question_id": 1, "category": "math", "turns": ["What is seven times six?", "And divided by three?"]},
@@ -197,7 +197,7 @@ def test_batch_sizes_only_above_1_write_no_top_level_answers(tiny_setup, tmp_pat
     assert not (out / "answers").exists() and (out / "batch-2" / "answers" / "vanilla.jsonl").is_file()
     summary = write_summary(out)
     assert set(summary["batch_size"]) == {2}
-    assert_one_line_error(run_cli("report", str(out), "--out", str(tmp_path / "report")), "ran batch sizes 2 only")
+    assert_one_line_error(cli_in_process("report", str(out), "--out", str(tmp_path / "report")), "ran batch sizes 2 only")
     from specbench.reports.runs import load_results
 
     assert load_results(out / "batch-2").answers  # the sub-run reports on its own, as the error says
@@ -240,7 +240,7 @@ def test_drafter_that_cannot_batch_and_repeats_are_refused_before_loading(monkey
     (["--batch-size", "x"], "--batch-size: expected comma-separated integers, got 'x'"),
 ])
 def test_bad_batch_size_on_the_command_line_is_one_line_exit_2(args, fragment, tmp_path):
-    result = run_cli("run", *args, "--out", str(tmp_path / "o"))
+    result = cli_in_process("run", *args, "--out", str(tmp_path / "o"))
     assert_one_line_error(result, fragment)
     assert not (tmp_path / "o" / "answers").exists()
 

@@ -24,6 +24,32 @@ def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           cwd=cwd, env={**os.environ, "SPECBENCH_DATA": str(DATA)}, timeout=900)
 
 
+def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """``specbench ARGS`` run by `main` in this process, as `run_cli`'s result: its exit code (a parser's
+    ``SystemExit`` included) and what it printed. For bad input, which `main` turns into one line and code 2
+    before any model loads: a fresh interpreter per case cost ~4 s of imports each (48 cases, ~200 s of
+    CI). An exception `main` lets through fails the test as a traceback would; the tests that start the real
+    entry point (`run_cli`) stay for the paths where the process itself matters."""
+    import contextlib
+    import io
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    before = os.environ.get("SPECBENCH_DATA")
+    os.environ["SPECBENCH_DATA"] = str(DATA)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        if before is None:
+            os.environ.pop("SPECBENCH_DATA", None)
+        else:
+            os.environ["SPECBENCH_DATA"] = before
+    return subprocess.CompletedProcess(["specbench", *args], code, stdout.getvalue(), stderr.getvalue())
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -87,8 +113,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):
-    assert_one_line_error(run_cli(*args, "--out", str(tmp_path / "o")) if args[0] == "run" else run_cli(*args),
-                          *fragments)
+    assert_one_line_error(cli_in_process(*args, "--out", str(tmp_path / "o")) if args[0] == "run"
+                          else cli_in_process(*args), *fragments)
 
 
 def test_out_that_is_a_file_is_one_line_before_loading_anything(tmp_path):
@@ -167,11 +193,25 @@ def test_list_drafters_shows_builtins_and_origin(capsys):
 
 @pytest.mark.slow
 def test_mt_bench_run_end_to_end_then_resume(tmp_path, default_model_available):
+    """The default budget, `auto`, on the real model: the run reads this machine's cached profile (measured
+    here at sizes 1-4, so `auto` chooses among budgets 1-4, as it picks on CPU) and calibrates on one turn of
+    another question. The full grid and the four held-out questions (8 turns) `--limit 1` would calibrate on
+    cost ~150 s more of CI; the tiny-model tests in test_tree_budgets.py cover the choice itself."""
     out = tmp_path / "run"
+    profiled = run_cli("profile", "--sizes", "1,2,3,4", "--repeats", "3", "--no-progress")
+    assert profiled.returncode == 0, profiled.stderr
+    calibration = tmp_path / "calibration.jsonl"  # the first turn of a coding question the run does not ask
+    question = next(q for q in map(json.loads, (DATA / "mt_bench" / "question.jsonl").read_text().splitlines())
+                    if q["category"] == "coding" and q["question_id"] != 121)
+    calibration.write_text(json.dumps(question | {"turns": question["turns"][:1]}) + "\n")
     args = ["run", "--drafters", "ngram,vanilla", "--bench", "mt_bench", "--categories", "writing,coding",
-            "--limit", "1", "--max-new-tokens", "24", "--out", str(out), "--no-progress", "--breakdown"]
+            "--limit", "1", "--max-new-tokens", "24", "--out", str(out), "--no-progress", "--breakdown",
+            "--calibration", str(calibration)]
     result = run_cli(*args)
     assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["calibration"]["profile_source"] == "cache" and manifest["calibration"]["turns"] == 1
+    assert manifest["config"]["tree_budget"] == "auto" and 1 <= manifest["budgets"]["ngram"]["budget"] <= 4
     runs = load_run(out)
     assert set(runs) == {"vanilla", "ngram"}
     for name, records in runs.items():
@@ -208,7 +248,7 @@ def test_mt_bench_run_end_to_end_then_resume(tmp_path, default_model_available):
     assert summarize(load_run(out)).shape[0] == 6
 
     # Resuming with other settings is refused, and nothing is lost.
-    changed = run_cli(*[a if a != "24" else "32" for a in args], "--resume")
+    changed = cli_in_process(*[a if a != "24" else "32" for a in args], "--resume")
     assert_one_line_error(changed, "max_new_tokens")
     assert path.read_text().splitlines() == lines
 

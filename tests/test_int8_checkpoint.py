@@ -16,7 +16,7 @@ from specbench.drafters.medusa import MedusaDrafter
 from specbench.drafters.training.heads import HeadTrainConfig, train_heads
 from specbench.errors import SpecbenchError
 from specbench.harness.loop import generate
-from test_cli import assert_one_line_error, run_cli
+from test_cli import assert_one_line_error, cli_in_process, run_cli
 
 PROMPTS = [[5, 9, 14, 3], [40, 2, 2, 2, 17, 61]]
 MiB = 1 << 20
@@ -100,19 +100,19 @@ def test_a_converted_checkpoint_is_smaller_drafts_from_its_rounded_rows_and_stay
 
 
 def test_conversion_refusals_are_one_line(own_heads, tmp_path):
-    assert run_cli("convert", str(own_heads), "--to", "int8", "--out", str(tmp_path / "a")).returncode == 0
-    assert_one_line_error(run_cli("convert", str(tmp_path / "a" / own_heads.name), "--to", "int8", "--out",
+    assert cli_in_process("convert", str(own_heads), "--to", "int8", "--out", str(tmp_path / "a")).returncode == 0
+    assert_one_line_error(cli_in_process("convert", str(tmp_path / "a" / own_heads.name), "--to", "int8", "--out",
                                   str(tmp_path / "b")), "int8 rows already")
-    assert_one_line_error(run_cli("convert", str(own_heads), "--to", "int8", "--own-vocab", "25", "--out",
+    assert_one_line_error(cli_in_process("convert", str(own_heads), "--to", "int8", "--own-vocab", "25", "--out",
                                   str(tmp_path / "c")), "between 1 and the heads' 24 rows")
-    assert_one_line_error(run_cli("convert", str(own_heads), "--own-vocab", "8", "--out", str(tmp_path / "d")),
+    assert_one_line_error(cli_in_process("convert", str(own_heads), "--own-vocab", "8", "--out", str(tmp_path / "d")),
                           "--own-vocab goes with --to int8")
     recipe_path = checkpoint_files(tmp_path / "plain")[1]
     checkpoint_files(tmp_path / "plain")[0].write_bytes(checkpoint_files(own_heads)[0].read_bytes())
     recipe = json.loads(checkpoint_files(own_heads)[1].read_text())
     recipe["hyperparameters"]["own_vocab"] = 0
     recipe_path.write_text(json.dumps(recipe))
-    assert_one_line_error(run_cli("convert", str(tmp_path / "plain"), "--to", "int8", "--own-vocab", "8", "--out",
+    assert_one_line_error(cli_in_process("convert", str(tmp_path / "plain"), "--to", "int8", "--own-vocab", "8", "--out",
                                   str(tmp_path / "e")), "no output projections of their own")
 
 

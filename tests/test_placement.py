@@ -13,7 +13,7 @@ from transformers import Gemma3TextConfig, LlamaConfig
 from specbench.errors import SpecbenchError
 from specbench.placement import check_device_map, placement_plan
 from specbench.results import load_run
-from tests.test_cli import assert_one_line_error, run_cli
+from tests.test_cli import assert_one_line_error, cli_in_process, run_cli
 
 GIB = 1 << 30
 
@@ -90,7 +90,7 @@ def test_bad_settings_are_one_line(device_map, device, distributed, fragment):
 
 
 def test_device_map_with_one_gpu_named_is_one_line_on_the_cli(tmp_path):
-    assert_one_line_error(run_cli("run", "--device-map", "auto", "--device", "cuda:0", "--out", str(tmp_path / "o")),
+    assert_one_line_error(cli_in_process("run", "--device-map", "auto", "--device", "cuda:0", "--out", str(tmp_path / "o")),
                           "--device-map")
 
 

@@ -18,7 +18,7 @@ from specbench.harness.autobudget.profile import (
     profile_key,
     save_profile,
 )
-from test_cli import assert_one_line_error, run_cli
+from test_cli import assert_one_line_error, cli_in_process
 
 
 def synthetic(ms_chain, ms_bushy=None, sizes=(1, 2, 4, 8)) -> VerifyProfile:
@@ -77,7 +77,7 @@ def test_bad_profile_files_are_one_line_errors(content, fragment, tmp_path):
     path.write_text(content)
     with pytest.raises(SpecbenchError, match=fragment):
         load_profile(path)
-    assert_one_line_error(run_cli("run", "--drafters", "vanilla", "--profile", str(path), "--out", str(tmp_path / "o")),
+    assert_one_line_error(cli_in_process("run", "--drafters", "vanilla", "--profile", str(path), "--out", str(tmp_path / "o")),
                           "is not a verify-cost profile", fragment)
     assert not (tmp_path / "o").exists()
 
@@ -89,7 +89,7 @@ def test_bad_profile_files_are_one_line_errors(content, fragment, tmp_path):
     (["--repeats", "0"], "--repeats must be at least 1"),
 ])
 def test_bad_profile_command_input_is_one_line(args, fragment):
-    assert_one_line_error(run_cli("profile", *args), fragment)
+    assert_one_line_error(cli_in_process("profile", *args), fragment)
 
 
 def test_a_run_records_the_profile_it_was_given(tmp_path):

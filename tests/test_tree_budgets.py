@@ -13,7 +13,7 @@ from specbench.errors import SpecbenchError
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget, predicted_speedup, tree_ratio, verify_ratio
 from specbench.harness.autobudget.profile import VerifyProfile, save_profile
 from specbench.harness.autobudget.spec import AUTO, parse_budget_spec
-from test_cli import assert_one_line_error, run_cli
+from test_cli import assert_one_line_error, cli_in_process
 
 DRAFTERS = ["vanilla", "ngram", "hydra", "medusa"]
 
@@ -41,7 +41,7 @@ def test_bad_budget_specs_are_one_line(spec, fragment):
 
 @pytest.mark.parametrize("spec, fragment", [("hydra=x", "--tree-budget 'hydra=x'"), ("nosuch=2", "not in --drafters")])
 def test_bad_budget_specs_exit_2_on_the_command_line(spec, fragment):
-    assert_one_line_error(run_cli("run", "--drafters", "vanilla,hydra", "--tree-budget", spec), fragment)
+    assert_one_line_error(cli_in_process("run", "--drafters", "vanilla,hydra", "--tree-budget", spec), fragment)
 
 
 def two_shapes(chain: list[float], bushy: list[float], sizes=(1, 2, 4, 8)) -> VerifyProfile:
