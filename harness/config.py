@@ -153,6 +153,8 @@ class RunConfig:
 
         if not self.drafters:
             raise SpecbenchError("--drafters is empty")
+        if self.categories is not None and not self.categories:
+            raise SpecbenchError("--categories is empty (leave it out to keep every category)")
         duplicates = sorted({d for d in self.drafters if self.drafters.count(d) > 1})
         if duplicates:
             raise SpecbenchError(f"--drafters names {', '.join(duplicates)} more than once")

@@ -281,6 +281,7 @@ class Run:
         if config.threads:
             torch.set_num_threads(config.threads)
         target = self.target or load_target(config.model, self.device, config.dtype, config.device_map)
+        target.check_new_tokens(config.max_new_tokens)
         # eager (default) or compiled: the target's verify forward and cache
         target.use_regime(config.regime, backend=config.compile_backend)
         if getattr(config, "every_drafter", False):

@@ -84,6 +84,16 @@ class TargetModel:
     def name(self) -> str:
         return self.handle.name
 
+    def check_new_tokens(self, max_new_tokens: int) -> None:
+        """Refuse (one line) ``max_new_tokens`` that cannot fit the model's context window
+        (``max_position_embeddings``) even after an empty prompt: positions past it are ones the model was never
+        trained at, and a batch cache sized for them would not fit in memory. A prompt plus its answer that run
+        past the window within a turn is the model's limit, as in transformers' ``generate()``."""
+        window = getattr(self.config, "max_position_embeddings", None)
+        if isinstance(window, int) and max_new_tokens >= window:
+            raise SpecbenchError(f"--max-new-tokens {max_new_tokens} does not fit {self.name}'s context window of "
+                                 f"{window} positions; give fewer than {window}")
+
     def use_regime(self, regime: str, compile: bool = True, min_capacity: int | None = None,
                    backend: str = "inductor") -> None:
         """``eager``: dynamic cache, eager forwards (the default). ``compiled``: static cache and per-bucket

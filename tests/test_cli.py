@@ -68,6 +68,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["run", "--tree-budget", "0"], ["--tree-budget"]),
         (["run", "--drafters", "ngram,ngram"], ["more than once"]),
         (["run", "--categories", "nosuch"], ["unknown categories nosuch"]),
+        (["run", "--categories", ","], ["--categories is empty"]),
         (["run", "--no-such-flag"], ["unrecognized arguments"]),
         (["run", "--drafter-option", "ngram"], ["DRAFTER.OPTION=VALUE"]),
         (["report", "missing-dir"], ["run directory not found"]),
@@ -115,6 +116,19 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
 def test_bad_input_is_one_line_and_exit_2(args, fragments, tmp_path):
     assert_one_line_error(cli_in_process(*args, "--out", str(tmp_path / "o")) if args[0] == "run"
                           else cli_in_process(*args), *fragments)
+
+
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_max_new_tokens_past_the_context_window_is_one_line(tiny_model_dir, tmp_path, command):
+    """Positions past ``max_position_embeddings`` are ones the model never saw (and a batch cache sized for them
+    would not fit in memory): refused once the model is loaded, before any answer is written."""
+    window = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
+    out = ["--out", str(tmp_path / "o")] if command == "run" else []
+    result = cli_in_process(command, "--model", str(tiny_model_dir), "--drafters", "vanilla,ngram", "--limit", "1",
+                            "--max-new-tokens", str(window), "--tree-budget" if command == "run" else "--budgets", "4",
+                            "--no-progress", *out)
+    assert_one_line_error(result, f"--max-new-tokens {window} does not fit", f"context window of {window} positions")
+    assert not (tmp_path / "o" / "answers").exists() or not any((tmp_path / "o" / "answers").iterdir())
 
 
 def test_out_that_is_a_file_is_one_line_before_loading_anything(tmp_path):

@@ -145,6 +145,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     target = load_target(config.model, config.device, config.dtype, config.device_map)
+    target.check_new_tokens(config.max_new_tokens)
     # replay runs the drafters; their draft cost is what it times
     target.use_regime(config.regime, backend=config.compile_backend)
     prompts = PromptBuilder(target.tokenizer, config.template)
