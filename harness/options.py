@@ -15,6 +15,7 @@ import argparse
 import ast
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -131,8 +132,35 @@ def at_least(low: int) -> Check:
 
 
 # ---- applying declarations ---------------------------------------------------------------------------------
+#: what a value given as a Python object (the API) must be for an option parsed by these: (types, wording)
+_NUMBERS = {integer: ((int,), "an integer"), number: ((int, float), "a number")}
+_LISTS = {csv: (str, "comma-separated text or a list of strings"),
+          int_csv: (int, "comma-separated integers or a list of integers")}
+
+
+def _kind_problem(opt: Option, annotation: str, value: Any) -> str | None:
+    """Why ``value``, given as a Python object rather than text, is not of the option's kind (None if it is):
+    an API caller's ``drafters=5`` or ``seed=1.5`` stops with one line naming the option, not a TypeError
+    deep in the run or a silent truncation."""
+    if value is None:
+        return None if "None" in annotation or opt.parse in _LISTS else "expected a value, got None"
+    if opt.parse in _NUMBERS:
+        kinds, wording = _NUMBERS[opt.parse]
+        return None if isinstance(value, kinds) and not isinstance(value, bool) else f"expected {wording}, got {value!r}"
+    if opt.parse in _LISTS:
+        element, wording = _LISTS[opt.parse]
+        good = isinstance(value, list) and all(isinstance(v, element) and not isinstance(v, bool) for v in value)
+        return None if good else f"expected {wording}, got {value!r}"
+    if annotation in ("str", "str | None") and not isinstance(value, str):
+        return f"expected text, got {value!r}"
+    return None
+
+
 def normalise(config: Any) -> None:
-    """Parse the options given as text and check every option, in place (a config's ``__post_init__``)."""
+    """Parse the options given as text and check every option, in place (a config's ``__post_init__``).
+    A value given as a Python object must be of the option's kind (`_kind_problem`; a tuple counts as a list,
+    one integer as a list of it, a path as text)."""
+    annotations = {f.name: str(f.type) for f in dataclasses.fields(config)}
     for name, opt in declared(type(config)).items():
         value = getattr(config, name)
         texts = isinstance(value, list) and opt.repeatable and all(isinstance(v, str) for v in value)
@@ -141,7 +169,16 @@ def normalise(config: Any) -> None:
                 value = opt.parse(value)
             except (ValueError, TypeError) as error:
                 raise SpecbenchError(f"{opt.flag_of(name)}: {error}") from None
-            setattr(config, name, value)
+        elif isinstance(value, tuple) and opt.parse in _LISTS:
+            value = list(value)
+        elif opt.parse is int_csv and isinstance(value, int) and not isinstance(value, bool):
+            value = [value]  # batch_size=4 as batch_size=[4]
+        elif isinstance(value, os.PathLike) and annotations[name] in ("str", "str | None"):
+            value = os.fspath(value)
+        problem = _kind_problem(opt, annotations[name], value)
+        if problem:
+            raise SpecbenchError(f"{opt.flag_of(name)}: {problem}")
+        setattr(config, name, value)
         if opt.choices is not None and value is not None and value not in opt.choices:
             raise SpecbenchError(f"{opt.flag_of(name)} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
         problem = opt.check(value) if opt.check is not None else None

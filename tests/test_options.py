@@ -81,3 +81,27 @@ def test_every_run_flag_comes_from_a_declaration():
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     dests = {a.dest for a in commands.choices["run"]._actions if not isinstance(a, argparse._HelpAction)}
     assert dests == set(declared(RunConfig)) | {"no_progress"}
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"drafters": 5}, "--drafters: expected comma-separated text or a list of strings, got 5"),
+    ({"categories": ["writing", 3]}, "--categories: expected comma-separated text or a list of strings"),
+    ({"seed": 1.5}, "--seed: expected an integer, got 1.5"),
+    ({"limit": True}, "--limit: expected an integer, got True"),
+    ({"temperature": "hot"}, "--temperature: expected a number, got 'hot'"),
+    ({"batch_size": [1, "4"]}, "--batch-size: expected comma-separated integers or a list of integers"),
+    ({"bench": None}, "--bench: expected a value, got None"),
+    ({"template": 7}, "--template: expected text, got 7"),
+])
+def test_an_api_value_of_the_wrong_kind_is_one_line_naming_the_option(given, message):
+    """The API's typed values meet the same declarations as text: a wrong kind stops with the flag's name,
+    not a TypeError deep in the run (drafters=5) or a silent truncation (seed=1.5)."""
+    with pytest.raises(SpecbenchError, match="^" + message.replace("[", r"\[").replace("(", r"\(")):
+        RunConfig(**given)
+
+
+def test_api_values_of_the_right_kind_pass_as_given(tmp_path):
+    config = RunConfig(drafters=("vanilla", "ngram"), batch_size=4, temperature=1, out=tmp_path / "run",
+                       bench=tmp_path / "question.jsonl")
+    assert config.drafters == ["vanilla", "ngram"] and config.batch_size == [4] and config.temperature == 1
+    assert config.out == str(tmp_path / "run") and config.bench == str(tmp_path / "question.jsonl")
