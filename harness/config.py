@@ -209,9 +209,8 @@ class RunConfig:
 
     @property
     def batch_sizes(self) -> list[int]:
-        """``batch_size`` as sorted distinct sizes (the API may give one int)."""
-        value = self.batch_size
-        return sorted({value} if isinstance(value, int) else set(value))
+        """``batch_size`` as sorted distinct sizes (the API's one int is already a list: `options.normalise`)."""
+        return sorted(set(self.batch_size))
 
     @property
     def sampling(self) -> Sampling:

@@ -136,6 +136,7 @@ def at_least(low: int) -> Check:
 _NUMBERS = {integer: ((int,), "an integer"), number: ((int, float), "a number")}
 _LISTS = {csv: (str, "comma-separated text or a list of strings"),
           int_csv: (int, "comma-separated integers or a list of integers")}
+_TEXT = ("str", "str | None")  # the annotations of a text option
 
 
 def _kind_problem(opt: Option, annotation: str, value: Any) -> str | None:
@@ -151,7 +152,7 @@ def _kind_problem(opt: Option, annotation: str, value: Any) -> str | None:
         element, wording = _LISTS[opt.parse]
         good = isinstance(value, list) and all(isinstance(v, element) and not isinstance(v, bool) for v in value)
         return None if good else f"expected {wording}, got {value!r}"
-    if annotation in ("str", "str | None") and not isinstance(value, str):
+    if annotation in _TEXT and not isinstance(value, str):
         return f"expected text, got {value!r}"
     return None
 
@@ -173,7 +174,7 @@ def normalise(config: Any) -> None:
             value = list(value)
         elif opt.parse is int_csv and isinstance(value, int) and not isinstance(value, bool):
             value = [value]  # batch_size=4 as batch_size=[4]
-        elif isinstance(value, os.PathLike) and annotations[name] in ("str", "str | None"):
+        elif isinstance(value, os.PathLike) and annotations[name] in _TEXT:
             value = os.fspath(value)
         problem = _kind_problem(opt, annotations[name], value)
         if problem:

@@ -32,21 +32,15 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess:
     entry point (`run_cli`) stay for the paths where the process itself matters."""
     import contextlib
     import io
+    from unittest import mock
 
     stdout, stderr = io.StringIO(), io.StringIO()
-    before = os.environ.get("SPECBENCH_DATA")
-    os.environ["SPECBENCH_DATA"] = str(DATA)
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            try:
-                code = main(list(args))
-            except SystemExit as exit_:
-                code = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        if before is None:
-            os.environ.pop("SPECBENCH_DATA", None)
-        else:
-            os.environ["SPECBENCH_DATA"] = before
+    with mock.patch.dict(os.environ, {"SPECBENCH_DATA": str(DATA)}), contextlib.redirect_stdout(stdout), \
+            contextlib.redirect_stderr(stderr):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
     return subprocess.CompletedProcess(["specbench", *args], code, stdout.getvalue(), stderr.getvalue())
 
 
