@@ -91,25 +91,28 @@ class Eagle3Layer(nn.Module):
         return self.finish(attended.transpose(0, 1), residual)
 
     def attend_chains(self, x: torch.Tensor, residual: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor,
-                      values: torch.Tensor, chain_keys: torch.Tensor, chain_values: torch.Tensor) -> torch.Tensor:
-        """`attend` for the training-time test's rows: h [P, H] for query rows x [P, 2H] (residual [P, H]) at
-        positions [P], row t seeing the context keys/values [P, kv_heads, d] 0..t (causal) and its own chain's
-        chain_keys/values [C, P, kv_heads, d] at t. The same numbers as `attend` over the concatenated keys with a
-        causal-then-diagonal mask, in O(P^2 + C P) instead of O((C + 1) P^2): the chain entries are dot products."""
+                      values: torch.Tensor, chain_keys: torch.Tensor, chain_values: torch.Tensor,
+                      first: int = 0) -> torch.Tensor:
+        """`attend` for the training-time test's rows: h [Q, H] for query rows x [Q, 2H] (residual [Q, H]) at
+        positions [Q], the rows of anchors first..first+Q-1, row i (anchor t = first + i) seeing the context
+        keys/values [P, kv_heads, d] 0..t (causal) and its own chain's chain_keys/values [C, Q, kv_heads, d] at i.
+        The same numbers as `attend` over the concatenated keys with a causal-then-diagonal mask, in
+        O(Q P + C Q) instead of O((C + 1) P^2): the chain entries are dot products."""
         q = rope(self.q_proj(x).view(x.shape[0], self.num_heads, self.head_dim), positions, self.rope_base)
         group = self.num_heads // self.num_kv_heads
         keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)  # [P, heads, d]
-        chain_keys = chain_keys.repeat_interleave(group, dim=2)  # [C, P, heads, d]
+        chain_keys = chain_keys.repeat_interleave(group, dim=2)  # [C, Q, heads, d]
         chain_values = chain_values.repeat_interleave(group, dim=2)
         scale = self.head_dim ** -0.5
-        q = q.transpose(0, 1)  # [heads, P, d]
-        context = (q @ keys.permute(1, 2, 0)) * scale  # [heads, P, P]
-        rows = torch.arange(x.shape[0], device=x.device)
-        context = context.masked_fill(rows[None, :, None] < rows[None, None, :], float("-inf"))
-        own = torch.einsum("hpd,cphd->hpc", q, chain_keys) * scale  # [heads, P, C]
-        weights = torch.cat([context, own], dim=-1).softmax(dim=-1)  # [heads, P, P + C]
-        attended = weights[..., : x.shape[0]] @ values.transpose(0, 1)  # [heads, P, d]
-        attended = attended + torch.einsum("hpc,cphd->hpd", weights[..., x.shape[0] :], chain_values)
+        q = q.transpose(0, 1)  # [heads, Q, d]
+        context = (q @ keys.permute(1, 2, 0)) * scale  # [heads, Q, P]
+        anchors = torch.arange(first, first + x.shape[0], device=x.device)  # [Q]
+        later = anchors[:, None] < torch.arange(keys.shape[0], device=x.device)[None, :]  # [Q, P]
+        context = context.masked_fill(later[None], float("-inf"))
+        own = torch.einsum("hpd,cphd->hpc", q, chain_keys) * scale  # [heads, Q, C]
+        weights = torch.cat([context, own], dim=-1).softmax(dim=-1)  # [heads, Q, P + C]
+        attended = weights[..., : keys.shape[0]] @ values.transpose(0, 1)  # [heads, Q, d]
+        attended = attended + torch.einsum("hpc,cphd->hpd", weights[..., keys.shape[0] :], chain_values)
         return self.finish(attended.transpose(0, 1), residual)
 
     def finish(self, attended: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -153,33 +156,38 @@ class Eagle3Module(nn.Module):
         """LongTensor[V']: the target id of each draft row."""
         return token_ids_of_rows(self.d2t)
 
-    def forward_unrolled(self, aux: torch.Tensor, next_embeddings: torch.Tensor, levels: int) -> list[torch.Tensor]:
-        """EAGLE-3's training-time test: the layer unrolled ``levels`` times on its own outputs, for every anchor at
-        once; returns h per level, each [P, H] (score with ``lm_head(norm(h))``).
+    def forward_unrolled(self, aux: torch.Tensor, next_embeddings: torch.Tensor, levels: int,
+                         first: int = 0) -> list[torch.Tensor]:
+        """EAGLE-3's training-time test: the layer unrolled ``levels`` times on its own outputs, for anchors
+        first..P-1 at once; returns h per level, each [P - first, H] (score with ``lm_head(norm(h))``).
 
         aux [P, k H]: the target's states entering ``layer_ids`` at positions 0..P-1; next_embeddings
         E(x_1)..E(x_{P+levels-1}) [P + levels - 1, H]. Level 1 at anchor t reads [E(x_{t+1}); fc(aux_t)] causally
         over the true context (as the drafter's cache). Level j > 1 reads E(x_{t+j}) with its own level j - 1 output
         at anchor t (no fc), at position t + j - 1, and attends to the true context 0..t and to its own chain at
-        anchor t: the mask the dynamic tree's node on the true path meets at inference."""
+        anchor t: the mask the dynamic tree's node on the true path meets at inference. ``first``: anchors before
+        it (a prompt the loss does not score) give only the true context's keys and values, no outputs."""
         anchors = aux.shape[0]
         if next_embeddings.shape[0] != anchors + levels - 1:
             raise ValueError(f"{anchors} anchors and {levels} levels need {anchors + levels - 1} embeddings, "
                              f"got {next_embeddings.shape[0]}")
+        if not 0 <= first < anchors:
+            raise ValueError(f"first anchor {first} outside 0..{anchors - 1}")
         positions = torch.arange(anchors, device=aux.device)
         x, residual = self.layer.inputs(next_embeddings[:anchors], self.fc(aux))  # [P, 2H], [P, H]
         keys, values = self.layer.keys_values(x, positions)  # the true context [P, kv_heads, d]
-        causal = positions[:, None] >= positions[None, :]  # [P, P]
-        out = self.layer.attend(x, residual, positions, keys, values, causal)  # level 1 [P, H]
+        wanted = positions[first:]  # [Q] the anchors with outputs
+        causal = wanted[:, None] >= positions[None, :]  # [Q, P]
+        out = self.layer.attend(x[first:], residual[first:], wanted, keys, values, causal)  # level 1 [Q, H]
         outs, chain_keys, chain_values = [out], [], []
         for level in range(2, levels + 1):
-            x, residual = self.layer.inputs(next_embeddings[level - 1 : level - 1 + anchors], out)
-            level_positions = positions + level - 1
+            x, residual = self.layer.inputs(next_embeddings[level - 1 + first : level - 1 + anchors], out)  # [Q, 2H]
+            level_positions = wanted + level - 1
             level_keys, level_values = self.layer.keys_values(x, level_positions)
             chain_keys.append(level_keys)
             chain_values.append(level_values)
             out = self.layer.attend_chains(x, residual, level_positions, keys, values, torch.stack(chain_keys),
-                                           torch.stack(chain_values))  # [P, H]
+                                           torch.stack(chain_values), first)  # [Q, H]
             outs.append(out)
         return outs
 

@@ -262,6 +262,33 @@ def test_chain_attention_equals_the_dense_masked_attention(kv_heads):
     shifted = layer.attend_chains(x, residual, positions, keys, values, chain_keys.roll(1, dims=1), chain_values)
     assert not torch.allclose(shifted, dense, atol=1e-3)
 
+@pytest.mark.parametrize("first", [1, 4, 6])
+def test_unrolling_from_a_later_anchor_gives_the_same_rows(first):
+    """`Eagle3Module.forward_unrolled` with ``first`` (the prompt's anchors give only the true context: what
+    training scores) gives the rows of the whole unroll from ``first`` on, at every level; a chain mask that
+    forgot the offset (query row i seeing keys up to i, not first + i) is caught."""
+    from specbench.drafters.eagle3 import Eagle3Module
+
+    torch.manual_seed(0)
+    module = Eagle3Module(hidden=32, num_heads=4, vocab_size=50, layer_ids=[0, 1, 2], num_kv_heads=2, inner=48)
+    anchors, levels = 7, 4
+    aux, embeddings = torch.randn(anchors, 96), torch.randn(anchors + levels - 1, 32)
+    with torch.no_grad():
+        whole = module.forward_unrolled(aux, embeddings, levels)  # levels x [P, H]
+        later = module.forward_unrolled(aux, embeddings, levels, first)  # levels x [P - first, H]
+        for full, part in zip(whole, later, strict=True):
+            torch.testing.assert_close(part, full[first:], rtol=1e-5, atol=1e-6)
+        layer, x, residual = module.layer, torch.randn(3, 64), torch.randn(3, 32)
+        keys, values = torch.randn(anchors, 2, 8), torch.randn(anchors, 2, 8)
+        chain_keys, chain_values = torch.randn(1, 3, 2, 8), torch.randn(1, 3, 2, 8)
+        positions = torch.arange(first, first + 3)
+        offset = layer.attend_chains(x, residual, positions, keys, values, chain_keys, chain_values, min(first, 4))
+        forgot = layer.attend_chains(x, residual, positions, keys, values, chain_keys, chain_values, 0)
+        assert not torch.allclose(offset, forgot, atol=1e-3)
+    with pytest.raises(ValueError, match="first anchor"):
+        module.forward_unrolled(aux, embeddings, levels, anchors)
+
+
 
 def test_aux_layers_default_or_given_and_bad_ids_refused_in_one_line():
     """``distill --aux-layers`` alone records EAGLE-3's layers; ``--aux-layers 2,15,29`` the ids given (the top

@@ -116,9 +116,11 @@ def draft_token_ids(cache: Path, ranking: torch.Tensor, size: int) -> torch.Tens
     return torch.tensor(order[: min(size, vocab)], dtype=torch.long).sort().values
 
 
-def unrolled_outputs(module: Eagle3Module, target: TargetModel, sample: Sample, levels: int) -> list[torch.Tensor]:
-    """h per unrolled step, each [L - 1, H], for anchors 0..L-2 of ``sample`` (rows whose later steps run past
-    the sample's end read zero embeddings; callers drop them)."""
+def unrolled_outputs(module: Eagle3Module, target: TargetModel, sample: Sample, levels: int,
+                     first: int = 0) -> list[torch.Tensor]:
+    """h per unrolled step, each [L - 1 - first, H], for anchors first..L-2 of ``sample`` (the earlier ones only
+    give the true context; rows whose later steps run past the sample's end read zero embeddings; callers drop
+    them)."""
     if sample.aux is None:
         raise SpecbenchError("eagle3 trains on the target's auxiliary hidden states: distill with --aux-layers")
     dtype = next(module.parameters()).dtype
@@ -127,7 +129,7 @@ def unrolled_outputs(module: Eagle3Module, target: TargetModel, sample: Sample, 
     with torch.no_grad():
         embeddings = target.handle.embed_tokens(sample.input_ids[1:].to(target.device)).to(dtype)  # [P, H]
     padding = embeddings.new_zeros(levels - 1, embeddings.shape[1])
-    return module.forward_unrolled(aux, torch.cat([embeddings, padding]), levels)
+    return module.forward_unrolled(aux, torch.cat([embeddings, padding]), levels, first)
 
 
 def context_columns(module: Eagle3Module, sample: Sample, context: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,7 +183,7 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
         full = target.lm_head(sample.hidden[start + 1 : length].to(target.device, torch.float32)).float()  # [n, V]
         teacher_logits = full[:, columns.to(full.device)]  # [n, V' + C] positions start+1 .. L-1
         top = full.argmax(dim=-1).to(columns.device)  # [n]
-    outs = unrolled_outputs(module, target, sample, steps)
+    outs = unrolled_outputs(module, target, sample, steps, start)  # steps x [L - 1 - start, H]
     total, per_step = 0.0, []
     for step, h in enumerate(outs, start=1):
         rows = length - start - step  # anchors start .. L-1-step
@@ -196,7 +198,7 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
             entropy = -(teacher * teacher_log).sum(dim=-1)  # [rows]
             # the target's top token is one of the anchor's columns
             in_vocab = ((columns[None, :] == top[window, None]) & (mask == 0)).any(dim=-1).float().to(full.device)
-        logits = vocab.logits(module.norm(h[start : start + rows])).float()  # [rows, V' + C]
+        logits = vocab.logits(module.norm(h[:rows])).float()  # [rows, V' + C] anchors start..
         log_p = (logits + mask.to(logits.device)).log_softmax(dim=-1)
         cross_entropy = -(teacher * log_p).sum(dim=-1)  # [rows]
         loss = (in_vocab * (cross_entropy - entropy)).mean()  # KL: the CE's gradient, 0 when exact
@@ -214,8 +216,8 @@ def chain_acceptance(module: Eagle3Module, target: TargetModel, samples: Iterabl
     def drafted(sample: Sample, start: int, end: int) -> list[torch.Tensor]:
         vocab, _, first = sample_vocabulary(module, target, sample, context)
         mask = column_mask(module.d2t.shape[0], first, torch.arange(start, end, device=module.d2t.device))
-        outs = unrolled_outputs(module, target, sample, levels)  # levels x [L', H]
-        return [vocab.token_ids((vocab.logits(module.norm(h[start:end])).float() + mask).argmax(dim=-1))
+        outs = unrolled_outputs(module, target, sample, levels, start)  # levels x [L - 1 - start, H]
+        return [vocab.token_ids((vocab.logits(module.norm(h[: end - start])).float() + mask).argmax(dim=-1))
                 for h in outs]  # levels x [R]
 
     return chain_scores(module, samples, levels, drafted)
