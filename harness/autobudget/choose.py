@@ -58,12 +58,13 @@ from specbench.harness.autobudget.calibration import (
     calibration_source,
     calibration_trajectories,
 )
-from specbench.harness.autobudget.predict import BudgetPoint, best_budget, step_speedup
+from specbench.harness.autobudget.predict import BudgetPoint, best_budget, best_of, step_speedup
 from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, holding, key_digest
 from specbench.harness.loop import Job, generate, generate_batch
+from specbench.metrics import wall_speedup
 from specbench.model_source import cache_root
 from specbench.progress import enabled
 from specbench.questions import load_questions
@@ -266,11 +267,12 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
             choices[name] = BudgetChoice(int(budget), "fixed")
         else:
             points, profile, timing, own_overhead_ms, prefill_share = calibrate(name)
-            best, predictions = best_budget(points, profile, timing.overhead_ms, timing.verify1_ms, own_overhead_ms,
-                                            prefill_share)
-            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget],
-                                  "step_speedup": step_speedup(p, profile, timing.overhead_ms, timing.verify1_ms,
-                                                               own_overhead_ms)} for p in points]
+            steps = {p.budget: step_speedup(p, profile, timing.overhead_ms, timing.verify1_ms, own_overhead_ms)
+                     for p in points}
+            predictions = {budget: wall_speedup(step, prefill_share) for budget, step in steps.items()}
+            best = best_of(predictions)  # as `best_budget` chooses
+            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget], "step_speedup": steps[p.budget]}
+                     for p in points]
             choices[name] = BudgetChoice(best, AUTO, predictions[best], curve)
     return choices
 

@@ -117,9 +117,15 @@ def best_budget(points: list[BudgetPoint], profile: VerifyProfile, overhead_ms: 
                 prefill_share: float = 0.0) -> tuple[int, dict[int, float]]:
     """(the budget of highest predicted speedup, the prediction for each budget); budgets within
     `TIE_TOLERANCE` of the best tie, and ties go to the smallest budget."""
-    if not points:
-        raise ValueError("no budgets to choose from")
     predictions = {p.budget: predicted_speedup(p, profile, overhead_ms, verify1_ms, drafter_overhead_ms, prefill_share)
                    for p in points}
+    return best_of(predictions), predictions
+
+
+def best_of(predictions: dict[int, float]) -> int:
+    """The budget of highest prediction in ``predictions`` (budget -> predicted speedup); budgets within
+    `TIE_TOLERANCE` of the best tie, and ties go to the smallest budget."""
+    if not predictions:
+        raise ValueError("no budgets to choose from")
     top = max(predictions.values())
-    return min(b for b, v in predictions.items() if v >= top * (1 - TIE_TOLERANCE)), predictions
+    return min(b for b, v in predictions.items() if v >= top * (1 - TIE_TOLERANCE))
