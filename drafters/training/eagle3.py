@@ -1,10 +1,16 @@
 """Training of the eagle3 drafter with EAGLE-3's training-time test (TTT), on a distillation cache made with
 ``specbench distill --aux-layers`` (the target's states entering EAGLE-3's low, middle and high layers).
 
-Follows SafeAILab/EAGLE's released trainer (``eagle/traineagle3/cnets.py``: the unrolled forward, ``ploss_weight``;
-the draft vocabulary from token counts), not copied; written from the authors' design, not re-checked line by
-line against a pinned commit. One known difference: step j's query sits at position t + j - 1 (what the tree's
-node meets at inference here), where the released trainer may keep each step at t.
+Follows SafeAILab/EAGLE's released trainer (``eagle/traineagle3/cnets.py`` at cb7e0841: the unrolled forward,
+``ploss_weight``; the draft vocabulary from token counts), not copied. Checked against it: the features (the
+states entering layers 2, N // 2, N - 3), the layer's inputs and residual, step j's query and key at position
+t + j - 1 (the released attention rotates both at ``position_ids + lck``), the chain mask, the teacher and the
+step weights. Where specbench differs, by choice: an anchor counts when x_{t+1} is a response token (the released
+``dataprepare`` shifts the logits but not ``loss_mask``, so it counts x_t); the draft head starts from the
+target's rows (the released one starts random); each sample's loss is a mean over its scored anchors (the
+released one over every position of the batch); the optimiser is the shared loop's (AdamW, lr 1e-3, 50 warm-up
+steps, no gradient clipping; the released config: lr 5e-5, 12,000 warm-up steps, betas (0.9, 0.95), clipping
+0.5, 40 epochs).
 
 **Training-time test.** The draft layer is unrolled ``ttt_steps`` times per anchor (`Eagle3Module.forward_unrolled`):
 step 1 reads the fused target features, step j > 1 reads its own step j - 1 output, with the attention mask the
