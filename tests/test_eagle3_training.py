@@ -262,6 +262,7 @@ def test_chain_attention_equals_the_dense_masked_attention(kv_heads):
     shifted = layer.attend_chains(x, residual, positions, keys, values, chain_keys.roll(1, dims=1), chain_values)
     assert not torch.allclose(shifted, dense, atol=1e-3)
 
+
 @pytest.mark.parametrize("first", [1, 4, 6])
 def test_unrolling_from_a_later_anchor_gives_the_same_rows(first):
     """`Eagle3Module.forward_unrolled` with ``first`` (the prompt's anchors give only the true context: what
