@@ -129,12 +129,11 @@ def test_replay_hands_eagle3_the_taps_a_run_records(llama_target, stem):
 def test_the_target_run_again_is_not_counted_as_drafting(llama_target, stem):
     """Where eagle3 runs the target itself for the features a real run's forwards record for free, that time is
     its own sub-stage (``replayed_target``), left out of the draft cost `auto` predicts with."""
+    import statistics
     import time
 
     from specbench.harness.autobudget.replay import replay
     from specbench.harness.autobudget.trajectories import record_trajectory
-
-    import statistics
 
     pause_s = 0.2  # far above the tiny drafter's own cost, even on a loaded CI machine
 

@@ -129,7 +129,7 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
 
 
 def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_run_setup, tmp_path, monkeypatch):
-    """A drafter whose propose costs 20 ms more in a run than in replay (as a CPU's caches, emptied by the target's
+    """A drafter whose propose costs 50 ms more in a run than in replay (as a CPU's caches, emptied by the target's
     forward, make it): `auto` measures the ratio on the first calibration turn and predicts with run costs."""
     import time
 
@@ -155,7 +155,7 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
 
         def propose(self, ctx):
             if not replaying:  # no stand-in forward has run in this sequence: a real run
-                time.sleep(0.02)
+                time.sleep(0.05)  # far above ngram's own propose, even on a loaded machine
             return super().propose(ctx)
 
     target, calibration, profile = tiny_run_setup
@@ -163,7 +163,7 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
     measured = measure_run_draft(target, ColdInRuns(), trajectory, 4, 12)
     replayed = replay_module.replay(target, ColdInRuns(), trajectory, 12, 4)
     replay_ms = sum(step.draft_ms for step in replayed.steps) / len(replayed.steps)
-    assert measured["run_ms"] >= 20 > replay_ms
+    assert measured["run_ms"] >= 50 > replay_ms
     ratio = draft_ratio(measured, [BudgetPoint(2, 1.0, 1.0), BudgetPoint(4, 1.5, replay_ms)])
     assert ratio["replay_ms"] == replay_ms and ratio["ratio"] == pytest.approx(measured["run_ms"] / replay_ms)
 
@@ -176,8 +176,8 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
              auto_budgets=[1, 2, 4])
     manifest = json.loads((out / "manifest.json").read_text())
     ratio = manifest["calibration"]["draft_ratio"]["cold-ngram"]
-    assert ratio["ratio"] > 10 and ratio["run_ms"] >= 20
-    assert all(point["draft_ms"] >= 20 for point in manifest["budgets"]["cold-ngram"]["curve"] if point["budget"] > 1)
+    assert ratio["ratio"] > 10 and ratio["run_ms"] >= 50
+    assert all(point["draft_ms"] >= 50 for point in manifest["budgets"]["cold-ngram"]["curve"] if point["budget"] > 1)
 
     from specbench.reports.report import build_report
     from specbench.reports.runs import load_runs
