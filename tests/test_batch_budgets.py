@@ -147,11 +147,15 @@ def test_a_batch_step_costs_its_largest_tree():
     assert verify_ratio(mixed, single) == pytest.approx(0.5 * 1.0 + 0.5 * single.relative(4, "chain"))
 
 
+#: the synthetic slowdown of one timed pass: far above the tiny target's own verify, so a loaded machine cannot
+#: blur the two (an added number, no sleep)
+SLOWDOWN_MS = 1000.0
+
+
 @pytest.mark.parametrize("batch, slow", [(1, 1), (1, 3), (2, 2)])
 def test_the_loop_timing_keeps_its_fastest_pass(llama_target, monkeypatch, batch, slow):
     """v1 is what replayed draft ms are weighed against: a busy moment during one timed pass must not set it.
-    Every verify of timed pass ``slow`` is made 1 s slower (as a main job's v1 once came out 1.41x the run's; far
-    above the tiny target's own verify, so a loaded machine cannot blur the two);
+    Every verify of timed pass ``slow`` is made SLOWDOWN_MS slower (as a main job's v1 once came out 1.41x the run's);
     v1 is the fastest of the timed passes, never the slow one, whether it comes first, last or between."""
     import specbench.harness.autobudget.choose as choose
 
@@ -161,20 +165,20 @@ def test_the_loop_timing_keeps_its_fastest_pass(llama_target, monkeypatch, batch
     def slowed(*args, **kwargs):
         timing = real(*args, **kwargs)
         if len(calls) == slow:  # calls[0] is the untimed pass
-            timing = LoopTiming(timing.verify1_ms + 1000.0, timing.overhead_ms, timing.steps)
+            timing = LoopTiming(timing.verify1_ms + SLOWDOWN_MS, timing.overhead_ms, timing.steps)
         calls.append(timing)
         return timing
 
     monkeypatch.setattr(choose, "timed_pass", slowed)
     timing = choose.measure_loop_timing(llama_target, [5, 6, 7, 8], tokens=12, batch=batch)
     assert calls[0] is None and len(calls) == choose.TIMING_PASSES + 1
-    assert calls[slow].verify1_ms > 1000.0 and timing.steps > 0
-    assert timing.verify1_ms < 1000.0 and timing.verify1_ms == min(t.verify1_ms for t in calls[1:])
+    assert calls[slow].verify1_ms > SLOWDOWN_MS and timing.steps > 0
+    assert timing.verify1_ms < SLOWDOWN_MS and timing.verify1_ms == min(t.verify1_ms for t in calls[1:])
 
 
 def test_the_draft_ratio_decode_is_bracketed_by_the_loop_timing_it_is_weighed_against(llama_target, monkeypatch):
     """The drafter's real decode (its run draft ms) runs between two timed plain-decoding passes, and the recorded
-    loop is their mean: v1 and the draft ms share one window of the machine's pace. A pass made 1 s slower moves
+    loop is their mean: v1 and the draft ms share one window of the machine's pace. A pass made SLOWDOWN_MS slower moves
     v1 by half of it, as a run in a slow window would be priced."""
     import specbench.harness.autobudget.choose as choose
     from specbench.drafters.ngram import NgramDrafter
@@ -187,7 +191,7 @@ def test_the_draft_ratio_decode_is_bracketed_by_the_loop_timing_it_is_weighed_ag
     def timed(*args, **kwargs):
         timing = real_pass(*args, **kwargs)
         events.append("loop")
-        return LoopTiming(timing.verify1_ms + 1000.0 * (events.count("loop") == 2), timing.overhead_ms, timing.steps)
+        return LoopTiming(timing.verify1_ms + SLOWDOWN_MS * (events.count("loop") == 2), timing.overhead_ms, timing.steps)
 
     def decoded(target, drafter, *args, **kwargs):
         if not isinstance(drafter, VanillaDrafter):  # the timed passes' own decodes are plain
@@ -200,7 +204,8 @@ def test_the_draft_ratio_decode_is_bracketed_by_the_loop_timing_it_is_weighed_ag
     measured = choose.measure_run_draft(llama_target, NgramDrafter(), trajectory, 4, 12)
     assert events == ["draft", "loop", "draft timed", "loop"]
     loop = LoopTiming(**measured["loop"])
-    assert 500.0 < loop.verify1_ms < 500.0 + 250.0 and loop.steps > 0 and loop.overhead_ms >= 0  # 250: real v1
+    half = SLOWDOWN_MS / 2  # the mean of a normal and a slowed pass, plus the tiny target's real v1 (under 250 ms)
+    assert half < loop.verify1_ms < half + 250.0 and loop.steps > 0 and loop.overhead_ms >= 0
 
 
 def test_the_batch_1_choice_is_priced_with_the_drafters_own_loop_timing(tiny_run_setup, tmp_path, monkeypatch):  # noqa: F811

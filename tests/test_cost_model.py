@@ -193,20 +193,21 @@ def test_verify_after_propose_times_the_verify_alone_after_each_action(llama_tar
     from benchmarks.verify_after_propose import drafter_propose, time_verify_after
     from specbench.model import TargetModel
 
+    pause_ms = 100
     slowed = []
     forward_tree = TargetModel.forward_tree
 
     def forward(self, *args, **kwargs):
         if slowed:
             slowed.clear()
-            time.sleep(0.1)
+            time.sleep(pause_ms / 1000)
         return forward_tree(self, *args, **kwargs)
 
     monkeypatch.setattr(TargetModel, "forward_tree", forward)
-    medians = time_verify_after(llama_target, {"verify": None, "busy": lambda: time.sleep(0.1),
+    medians = time_verify_after(llama_target, {"verify": None, "busy": lambda: time.sleep(pause_ms / 1000),
                                                "slowing": lambda: slowed.append(True)}, nodes=4, prefix=8, rounds=3)
     assert list(medians) == ["verify", "busy", "slowing"]
-    assert medians["busy"] < medians["verify"] + 50 < 100 <= medians["slowing"]
+    assert medians["busy"] < medians["verify"] + pause_ms / 2 < pause_ms <= medians["slowing"]
     propose = drafter_propose(llama_target, "ngram", [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7], 4)
     first, second = propose(), propose()
     assert torch.equal(first.tokens, second.tokens) and torch.equal(first.parents, second.parents)
