@@ -7,9 +7,12 @@ timed at another moment than the replayed curve; `auto` now takes it from the cu
 trees), the old c, the real decode's draft ms, the loop timed beside it and the verify-cost profile. This divides
 the old c back out, applies the new one, predicts every budget again with the code `auto` runs
 (`predict.best_budget`), and prints old and new beside the measured speedup (`summary.csv`) and the budget the new
-prediction would have chosen. It reads only the run directory; nothing is timed.
+prediction would have chosen. It reads only the run directory; nothing is timed. ``--profile FILE`` prices the
+trees with another verify-cost profile instead of the manifest's (one measured again on the same machine, say), so
+what a profile alone moved can be read off.
 
 Run:  python -m benchmarks.repredict_draft_ratio docs/runs/main-job-0f3f4dd
+      python -m benchmarks.repredict_draft_ratio docs/runs/main-job-epyc-cb55c49 --profile PROFILE.json
 """
 
 from __future__ import annotations
@@ -24,13 +27,15 @@ import pandas as pd
 from benchmarks.run_table import run_table_main
 from specbench.harness.autobudget.choose import draft_ratio, with_draft_ratio
 from specbench.harness.autobudget.predict import BudgetPoint, best_budget
-from specbench.harness.autobudget.profile import VerifyProfile
+from specbench.harness.autobudget.profile import VerifyProfile, load_profile
 
 
-def repredict(run: Path) -> pd.DataFrame:
-    """One row per drafter `auto` chose for at batch 1: budget, old and new c and prediction, new best, measured."""
+def repredict(run: Path, profile: Path | None = None) -> pd.DataFrame:
+    """One row per drafter `auto` chose for at batch 1: budget, old and new c and prediction, new best, measured.
+    ``profile``: a verify-cost profile file to price the trees with (default: the run's own, from its manifest)."""
     manifest = json.loads((run / "manifest.json").read_text())
-    calibration, profile = manifest["calibration"], VerifyProfile.from_json(manifest["profile"], "manifest")
+    calibration = manifest["calibration"]
+    profile = load_profile(profile) if profile else VerifyProfile.from_json(manifest["profile"], "manifest")
     summary = pd.read_csv(run / "summary.csv")
     measured = summary[(summary["category"] == "overall") & (summary["batch_size"] == 1)].set_index("drafter")["speedup"]
     share = (calibration.get("prefill") or {}).get("share", 0.0)
@@ -55,7 +60,8 @@ def repredict(run: Path) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     return run_table_main(argv, __doc__, "a run directory whose budgets auto chose", repredict,
-                          "repredict_draft_ratio: no draft ratio in this run's manifest (no auto budget)")
+                          "repredict_draft_ratio: no draft ratio in this run's manifest (no auto budget)",
+                          (("--profile", {"type": Path, "help": "a verify-cost profile file instead of the run's"}),))
 
 
 if __name__ == "__main__":

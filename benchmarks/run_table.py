@@ -11,12 +11,16 @@ from pathlib import Path
 import pandas as pd
 
 
-def run_table_main(argv: list[str] | None, doc: str, run_help: str, build: Callable[[Path], pd.DataFrame],
-                   empty: str) -> int:
-    """Parse ``argv`` (one run directory), print ``build(run)`` to 3 decimals, or ``empty`` and 2 when it is empty."""
+def run_table_main(argv: list[str] | None, doc: str, run_help: str, build: Callable[..., pd.DataFrame],
+                   empty: str, options: tuple[tuple[str, dict], ...] = ()) -> int:
+    """Parse ``argv`` (one run directory, then ``options``: (flag, `add_argument` keywords) each, passed to
+    ``build`` by name), print ``build(run, ...)`` to 3 decimals, or ``empty`` and 2 when it is empty."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("run", type=Path, help=run_help)
-    table = build(parser.parse_args(argv).run)
+    for flag, spec in options:
+        parser.add_argument(flag, **spec)
+    arguments = vars(parser.parse_args(argv))
+    table = build(arguments.pop("run"), **arguments)
     if table.empty:
         print(empty, file=sys.stderr)
         return 2

@@ -51,6 +51,51 @@ def test_shapes_that_build_the_same_tree_share_one_median():
     assert chain[2:] != bushy[2:]
 
 
+class ScriptedForwards:
+    """A stand-in for `profile.single_forward`: each tree's ms by node count, one node costing ``slow_one``
+    for its first ``slow_calls`` forwards (a slow stretch at the start of a sitting) and ``one`` after."""
+
+    def __init__(self, ms_by_nodes: dict[int, float], slow_one: float, slow_calls: int) -> None:
+        self.ms_by_nodes, self.slow_one, self.slow_calls, self.one_calls = ms_by_nodes, slow_one, slow_calls, 0
+
+    def __call__(self, target, prefix):
+        def forward(tree) -> float:
+            if len(tree) > 1:
+                return self.ms_by_nodes[len(tree)]
+            self.one_calls += 1
+            return self.slow_one if self.one_calls <= self.slow_calls else self.ms_by_nodes[1]
+        return forward
+
+
+def test_a_tree_timed_below_one_node_is_timed_again_and_pooled(monkeypatch):
+    """One node timed slow for the first rounds (2 nodes at 0.6x it): more rounds are timed and pooled until no
+    size is under 0.9x one node, so the 1-node median is the machine's settled one and 2 nodes cost 1.1x it."""
+    from specbench.harness.autobudget import profile as module
+
+    scripted = ScriptedForwards({1: 10.0, 2: 11.0, 4: 14.0}, slow_one=20.0, slow_calls=1 + 3)
+    monkeypatch.setattr(module, "single_forward", scripted)
+    profile = measure_profile(make_target(build_tiny_model("llama")), sizes=[1, 2, 4], shapes=["chain"],
+                              prefix=4, repeats=3, warmup=1)
+    assert module.below_one_node({"chain": [20.0, 11.0, 14.0]}) == [("chain", 1), ("chain", 2)]
+    assert profile.repeats == 9  # the first 3 rounds, then two more sets of 3: 3 slow and 6 settled samples
+    assert profile.ms["chain"] == [10.0, 11.0, 14.0]
+    assert profile.relative(2) == pytest.approx(1.1)
+
+
+def test_a_kernel_really_cheaper_at_more_rows_keeps_its_shape_after_the_extra_rounds(monkeypatch):
+    """When a size stays below one node (a kernel's path switch, not noise), the extra rounds stop after
+    `EXTRA_ROUND_SETS` and the profile keeps what was measured; a plausible profile takes no extra round."""
+    from specbench.harness.autobudget import profile as module
+
+    monkeypatch.setattr(module, "single_forward", ScriptedForwards({1: 10.0, 2: 6.0}, slow_one=10.0, slow_calls=0))
+    target = make_target(build_tiny_model("llama"))
+    cheaper = measure_profile(target, sizes=[1, 2], shapes=["chain"], prefix=4, repeats=2, warmup=1)
+    assert cheaper.repeats == 2 * (1 + module.EXTRA_ROUND_SETS) and cheaper.ms["chain"] == [10.0, 6.0]
+    monkeypatch.setattr(module, "single_forward", ScriptedForwards({1: 10.0, 2: 9.5}, slow_one=10.0, slow_calls=0))
+    plausible = measure_profile(target, sizes=[1, 2], shapes=["chain"], prefix=4, repeats=2, warmup=1)
+    assert plausible.repeats == 2 and plausible.ms["chain"] == [10.0, 9.5]
+
+
 def test_cost_is_interpolated_between_sizes_and_averaged_over_shapes():
     profile = synthetic([10, 12, 16, 24], [10, 14, 18, 30])
     assert profile.cost_ms(1, "chain") == 10 and profile.cost_ms(4, "bushy") == 18

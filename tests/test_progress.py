@@ -99,7 +99,9 @@ def test_the_profile_reports_each_forward(llama):
     recorder = Recorder()
     with progress.listen(recorder):
         measure_profile(llama, sizes=[1, 4], shapes=["chain"], prefix=8, repeats=2, warmup=1)
-    assert recorder.last() == {"verify-cost profile": (6, 6)}  # (1 warm-up + 2 repeats) x 2 sizes
+    # (1 warm-up + 2 repeats) x 2 sizes; a tiny model's noisy 4-node forward may time below one node, and
+    # then more rounds follow under their own phase (`measure_profile`)
+    assert recorder.last()["verify-cost profile"] == (6, 6)
 
 
 class NumberPrompts:
