@@ -30,12 +30,12 @@ from specbench.harness.autobudget.predict import BudgetPoint, best_budget
 from specbench.harness.autobudget.profile import VerifyProfile, load_profile
 
 
-def repredict(run: Path, profile: Path | None = None) -> pd.DataFrame:
+def repredict(run: Path, profile_file: Path | None = None) -> pd.DataFrame:
     """One row per drafter `auto` chose for at batch 1: budget, old and new c and prediction, new best, measured.
-    ``profile``: a verify-cost profile file to price the trees with (default: the run's own, from its manifest)."""
+    ``profile_file``: a verify-cost profile to price the trees with (default: the run's own, from its manifest)."""
     manifest = json.loads((run / "manifest.json").read_text())
     calibration = manifest["calibration"]
-    profile = load_profile(profile) if profile else VerifyProfile.from_json(manifest["profile"], "manifest")
+    profile = load_profile(profile_file) if profile_file else VerifyProfile.from_json(manifest["profile"], "manifest")
     summary = pd.read_csv(run / "summary.csv")
     measured = summary[(summary["category"] == "overall") & (summary["batch_size"] == 1)].set_index("drafter")["speedup"]
     share = (calibration.get("prefill") or {}).get("share", 0.0)
@@ -61,7 +61,8 @@ def repredict(run: Path, profile: Path | None = None) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     return run_table_main(argv, __doc__, "a run directory whose budgets auto chose", repredict,
                           "repredict_draft_ratio: no draft ratio in this run's manifest (no auto budget)",
-                          (("--profile", {"type": Path, "help": "a verify-cost profile file instead of the run's"}),))
+                          (("--profile", {"dest": "profile_file", "type": Path,
+                                         "help": "a verify-cost profile file instead of the run's"}),))
 
 
 if __name__ == "__main__":

@@ -52,8 +52,9 @@ def test_shapes_that_build_the_same_tree_share_one_median():
 
 
 class ScriptedForwards:
-    """A stand-in for `profile.single_forward`: each tree's ms by node count, one node costing ``slow_one``
-    for its first ``slow_calls`` forwards (a slow stretch at the start of a sitting) and ``one`` after."""
+    """A stand-in for `profile.single_forward`: each tree's ms by node count (``ms_by_nodes``), one node costing
+    ``slow_one`` for its first ``slow_calls`` forwards (a slow stretch at the start of a sitting) and
+    ``ms_by_nodes[1]`` after."""
 
     def __init__(self, ms_by_nodes: dict[int, float], slow_one: float, slow_calls: int) -> None:
         self.ms_by_nodes, self.slow_one, self.slow_calls, self.one_calls = ms_by_nodes, slow_one, slow_calls, 0

@@ -51,7 +51,7 @@ ROOT_TOKEN = 5  # the synthetic trees' root; the other nodes are ids 10, 11, ...
 #: A forward over n > 1 nodes does the one-node forward's work and more (the weight-left kernel pads one row to
 #: two, `specbench.linear`), so a size whose median lands this far below one node's is a timing artefact; one
 #: such cell (2 nodes at 0.84x one node, a start-of-machine sitting) priced every budget-2 tree below a plain
-#: step and put every drafter of a main job 15-21% under its prediction (docs/decisions.md, "A profile that
+#: step and put six drafters of a main job 14-21% under their predictions (docs/decisions.md, "A profile that
 #: times a tree below one node").
 IMPLAUSIBLE_BELOW_ONE_NODE = 0.9
 #: how many more sets of ``repeats`` rounds a profile times (and pools) while a size stays implausible
@@ -252,25 +252,26 @@ def measure_profile(target, sizes=None, shapes=TREE_SHAPES, prefix: int = 300, r
     times: dict[tuple[int, ...], list[float]] = {key: [] for key in structure.values()}
     name = "verify-cost profile" + (f" (batch {batch})" if batch > 1 else "")
 
-    def timed_rounds(first: int, count: int, untimed: int, label: str) -> None:
+    def timed_rounds(first: int, count: int, label: str) -> None:
+        """Rounds ``first`` .. ``first + count - 1``; the first ``warmup`` rounds of the profile go untimed."""
         with phase(label, count * len(cells), "forward") as bar:
             for round_number in range(first, first + count):
                 shift = round_number % len(cells)
                 for shape, n, tree in cells[shift:] + cells[:shift]:
                     elapsed = forward(tree)
-                    if round_number >= untimed:
+                    if round_number >= warmup:
                         times[structure[shape, n]].append(elapsed)
                     bar.update(1)  # after the clock stopped
 
     def medians() -> dict[str, list[float]]:
         return {shape: [statistics.median(times[structure[shape, n]]) for n in sizes] for shape in shapes}
 
-    timed_rounds(0, warmup + repeats, warmup, name)
+    timed_rounds(0, warmup + repeats, name)
     ms, timed = medians(), repeats
     for _ in range(EXTRA_ROUND_SETS):
         if not below_one_node(ms):
             break
-        timed_rounds(warmup + timed, repeats, 0, f"{name}, again: a tree timed below one node")
+        timed_rounds(warmup + timed, repeats, f"{name}, again: a tree timed below one node")
         ms, timed = medians(), timed + repeats
     return VerifyProfile(key=profile_key(target, batch=batch), sizes=list(sizes), ms=ms, prefix=prefix,
                          repeats=timed, measured=time.strftime("%Y-%m-%dT%H:%M:%S%z"), batch=batch)
