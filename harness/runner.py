@@ -35,7 +35,7 @@ from specbench.errors import SpecbenchError
 from specbench.harness import distributed
 from specbench.harness.attribution import Attribution, attribute_run, fp32_target
 from specbench.harness.autobudget import resolve_budgets
-from specbench.harness.autobudget.profile import resolve_profile
+from specbench.harness.autobudget.profile import below_one_node, resolve_profile
 from specbench.harness.autobudget.spec import BudgetChoice, create_entry
 from specbench.harness.config import RunConfig
 from specbench.harness.loop import Job, TurnResult, generate, generate_batch
@@ -72,7 +72,11 @@ WARMUP_TOKENS = 32
 def run_profile(config: RunConfig, target: TargetModel) -> dict | None:
     """The profile as the manifest records it (with its ``source``), or None."""
     profile, source = resolve_profile(config.profile, target)
-    return None if profile is None else profile.to_json() | {"source": source}
+    if profile is None:
+        return None
+    cells = [[shape, profile.sizes[i], round(profile.ms[shape][i] / profile.ms[shape][0], 3)]
+             for shape, i in below_one_node(profile.ms)]
+    return profile.to_json() | {"source": source} | ({"below_one_node": cells} if cells else {})
 
 
 def drafters_regime(target: TargetModel, drafters: dict[str, Drafter]) -> dict:

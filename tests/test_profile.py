@@ -151,3 +151,31 @@ def test_a_run_records_the_profile_it_was_given(tmp_path):
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["profile"]["source"] == str(given) and manifest["profile"]["ms"]["chain"] == [5, 6, 7, 9]
     assert manifest["config"]["profile"] == str(given)
+    assert "below_one_node" not in manifest["profile"]
+
+
+def test_a_read_profile_with_a_tree_below_one_node_is_used_with_one_warning_and_recorded(tmp_path, capsys):
+    """A profile that is read, not measured (``--profile`` here; a cached one the same way), and times 2 nodes at
+    0.84x one node (the EPYC main job's profile) is still used, but `resolve_profile` warns once per source and
+    process, naming the file, the size and its ratio, and the run's manifest records the cell."""
+    from specbench.harness.autobudget.profile import implausible_note, resolve_profile
+    from specbench.harness.runner import Run, RunConfig
+    from specbench.model import TargetModel
+    from test_export import char_bpe_tokenizer
+
+    assert implausible_note(synthetic([10.0, 9.5, 12.0, 15.0]), "x.json") is None
+    cheap = save_profile(synthetic([54.5, 45.8, 50.0, 60.0], [54.5, 45.8, 52.0, 70.0]), tmp_path / "cheap.json")
+    profile, source = resolve_profile(str(cheap), target=None)
+    assert source == str(cheap) and profile.ms["chain"][1] == 45.8
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and str(cheap) in warning[0] and "2-node trees below one node" in warning[0]
+    assert "2 nodes chain at 0.84x" in warning[0] and "specbench profile --force" in warning[0]
+    resolve_profile(str(cheap), target=None)
+    assert capsys.readouterr().err == ""  # once per source
+
+    target = TargetModel(build_tiny_model("llama"), char_bpe_tokenizer(tmp_path / "tok"))
+    config = RunConfig(out=str(tmp_path / "run"), drafters=["vanilla"], bench="demo", categories=["math"], limit=1,
+                       max_new_tokens=4, warmup=False, profile=str(cheap))
+    Run(config, progress=False, target=target).execute()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["profile"]["below_one_node"] == [["chain", 2, 0.84], ["bushy", 2, 0.84]]

@@ -24,6 +24,7 @@ import bisect
 import json
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -359,11 +360,40 @@ def batch_profile(target, batch: int, root: Path) -> tuple[VerifyProfile, str]:
     return profile, str(path)
 
 
+def implausible_note(profile: VerifyProfile, source: str) -> str | None:
+    """A one-line warning when a profile that was read (cached, or given with ``--profile``) times some tree
+    below one node (`below_one_node`), else None. `measure_profile` times such a cell again before it saves,
+    but a profile measured before that check, or on another machine, is read as it is: its cheap cell prices
+    every tree of that size below a plain step (docs/decisions.md, "A profile that times a tree below one
+    node")."""
+    cells = below_one_node(profile.ms)
+    if not cells:
+        return None
+    worst = min(cells, key=lambda cell: profile.ms[cell[0]][cell[1]] / profile.ms[cell[0]][0])
+    shape, i = worst
+    ratio = profile.ms[shape][i] / profile.ms[shape][0]
+    sizes = sorted({profile.sizes[i] for _, i in cells})
+    return (f"specbench: warning: profile {source} times {'/'.join(map(str, sizes))}-node trees below one node "
+            f"({profile.sizes[i]} nodes {shape} at {ratio:.2f}x, under {IMPLAUSIBLE_BELOW_ONE_NODE}x: a timing "
+            f"artefact), so predictions at those sizes are optimistic; `specbench profile --force` measures again")
+
+
+_WARNED: set[str] = set()  # sources already warned about in this process (a run reads its profile twice)
+
+
 def resolve_profile(profile_file: str | None, target):
     """(the verify-cost profile a run or replay uses, where it came from): ``profile_file`` when given
     (``--profile``), else the one `specbench profile` cached for this model, device, dtype, threads and torch
-    version, else (None, None)."""
+    version, else (None, None). A read profile with a tree timed below one node is used, with one warning
+    (`implausible_note`) per source and process."""
     if profile_file:
-        return load_profile(Path(profile_file)), profile_file
-    profile = cached_profile(target, cache_root())
-    return profile, ("cache" if profile is not None else None)
+        profile, source, where = load_profile(Path(profile_file)), profile_file, profile_file
+    else:
+        path = cache_path(profile_key(target), cache_root())
+        profile = load_profile(path) if path.exists() else None
+        source, where = ("cache" if profile is not None else None), str(path)
+    note = implausible_note(profile, where) if profile is not None else None
+    if note and where not in _WARNED:
+        _WARNED.add(where)
+        print(note, file=sys.stderr)
+    return profile, source

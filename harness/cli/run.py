@@ -70,6 +70,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         BATCH_SIZES,
         TREE_SHAPES,
         cache_path,
+        implausible_note,
         load_profile,
         measure_and_cache,
         profile_key,
@@ -99,6 +100,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if path.exists() and not args.force:
             profile = load_profile(path)
             print(f"cached profile {path} (measured {profile.measured}; --force measures again)", file=sys.stderr)
+            note = implausible_note(profile, str(path))
+            if note:
+                print(note, file=sys.stderr)
         else:
             grid = sizes if batch == 1 else [n for n in BATCH_SIZES if n <= max(sizes)]
             with progress.enabled(not args.no_progress):
