@@ -67,7 +67,8 @@ def hf_generate(model, prompt: list[int], max_new_tokens: int, static: bool, eos
     return out[0, len(prompt):].tolist(), seconds
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (its own function so `tests/test_gpu_scripts.py` can check the lease scripts' calls)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for regimes.json")
     parser.add_argument("--model", default="default")
@@ -83,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-hf", action="store_true", help="leave out transformers' generate()")
     parser.add_argument("--compile-backend", default="inductor", choices=("inductor", "cudagraphs"),
                         help="the compiled regime's backend (`specbench run --compile-backend`)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     drafters = [name.strip() for name in args.drafters.split(",") if name.strip()]
     if "vanilla" not in drafters:

@@ -20,10 +20,10 @@
 # Usage (on the device, after ../shared/gpu/device-setup.sh and `. /tmp/sb/env`): bash scripts/gpu_lease.sh
 set -uo pipefail
 out=${OUT:?OUT must be set (the device tool sets it)}
-work=/tmp/lease; rm -rf "$work"; mkdir -p "$work"
+work=${LEASE_WORK:-/tmp/lease}; rm -rf "$work"; mkdir -p "$work"  # LEASE_WORK: tests/test_gpu_scripts.py
 here=$(cd "$(dirname "$0")" && pwd)
 steps=" ${STEPS:-regimes compiled eager batches} "
-pack() { (cd /tmp && tar czf "$out/lease.tgz" lease); }
+pack() { (cd "$(dirname "$work")" && tar czf "$out/lease.tgz" "$(basename "$work")"); }
 want() { [[ $steps == *" $1 "* ]]; }
 export SPECBENCH_NO_PROGRESS=1
 want regimes && { STEPS=regimes T_REGIMES=${T_REGIMES:-190} BACKEND=inductor bash "$here/gpu_regimes.sh" "$work/inductor"; pack; }
