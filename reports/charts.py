@@ -22,6 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from specbench.metrics import Z95
 from specbench.reports.summary import OVERALL
 from specbench.reports.tables import MIN_CI_N, STAGE_LABELS, STAGE_ORDER
 from specbench.results import BASELINE, drafter_order
@@ -441,8 +442,9 @@ def tau_by_budget(budgets: dict, colours: dict[str, str]) -> Figure | None:
 
 @styled
 def predicted_vs_measured(budgets: pd.DataFrame, colours: dict[str, str]) -> Figure | None:
-    """Measured speedup (95% CI where n >= `MIN_CI_N`) against the prediction, calibration τ (filled) and run τ
-    (open); the dashed line is measured = predicted, the band ±10%. The band and line lie below the markers
+    """Measured speedup (95% CI where n >= `MIN_CI_N`) against the prediction (its 95% interval from τ's sampling
+    noise over the calibration questions, where recorded), calibration τ (filled) and run τ (open); the dashed
+    line is measured = predicted, the band ±10%. The band and line lie below the markers
     (zorder), so every marker stays visible."""
     rows = budgets[budgets["predicted_speedup"].notna() & budgets["measured_speedup"].notna()]
     if rows.empty:
@@ -457,12 +459,18 @@ def predicted_vs_measured(budgets: pd.DataFrame, colours: dict[str, str]) -> Fig
         error = [[row.measured_speedup - row.ci_low], [row.ci_high - row.measured_speedup]] if shown else None
         n_text = "n=?" if np.isnan(n) else f"n={int(n)}" + ("" if shown else ", no CI")
         marker = markers.get(row.drafter, "o")
+        noise = getattr(row, "predicted_relative_se", np.nan)  # the prediction's 95% interval: its τ's noise
+        across = None if np.isnan(noise) else [[row.predicted_speedup * (1 - np.exp(-Z95 * noise))],
+                                                [row.predicted_speedup * (np.exp(Z95 * noise) - 1)]]
         ax.errorbar([row.predicted_speedup], [row.measured_speedup], yerr=None if error is None else np.nan_to_num(error),
+                    xerr=across,
                     fmt=marker, color=colour, markeredgecolor="black", markeredgewidth=0.6, elinewidth=0.8, capsize=2,
                     label=f"{row.drafter} ({row.budget}), {n_text}", zorder=3)
         ax.scatter([row.predicted_with_run_tau], [row.measured_speedup], s=24, marker=marker, facecolors="none",
                    edgecolors=colour, linewidths=0.9, zorder=4)
-    values = [*rows["predicted_speedup"], *rows["predicted_with_run_tau"], *rows["ci_low"], *rows["ci_high"]]
+    spread = np.exp(Z95 * rows["predicted_relative_se"]) if "predicted_relative_se" in rows else np.nan
+    values = [*rows["predicted_speedup"], *rows["predicted_with_run_tau"], *rows["ci_low"], *rows["ci_high"],
+              *(rows["predicted_speedup"] * spread), *(rows["predicted_speedup"] / spread)]
     low, top = np.nanmin(values) * 0.93, np.nanmax(values) * 1.07
     line = np.array([low, top])
     ax.fill_between(line, line * 0.9, line * 1.1, color="#EEEEEE", linewidth=0, zorder=1, label="±10%")

@@ -363,23 +363,30 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
         point = next((p for p in choice.get("curve") or [] if p["budget"] == choice["budget"]), None)
         predicted = point["predicted_speedup"] if point else np.nan
         calibration_tau = point["tau"] if point else np.nan
+        noise = (point or {}).get("predicted_relative_se")
+        noise = np.nan if noise is None else float(noise)
+        ci_low, ci_high = overall["speedup_ci_low"].iloc[0], overall["speedup_ci_high"].iloc[0]
         rows.append({"drafter": drafter, "how": choice["how"], "budget": choice["budget"],
                      "calibration_tau": calibration_tau, "run_tau": tau, "predicted_speedup": predicted,
+                     "predicted_relative_se": noise,
                      "predicted_with_run_tau": with_run_tau(point, tau, share) if point else np.nan,
                      "draft_ratio": ratios.get(name, {}).get("ratio", np.nan),
                      "measured_speedup": speedup, "n_questions": overall["n_questions"].iloc[0],
-                     "ci_low": overall["speedup_ci_low"].iloc[0], "ci_high": overall["speedup_ci_high"].iloc[0]})
+                     "ci_low": ci_low, "ci_high": ci_high, "measured_over_predicted": speedup / predicted,
+                     "miss_se": metrics.miss_in_standard_errors(predicted, noise, speedup, ci_low, ci_high)})
     if not rows:
         return None
     data = pd.DataFrame(rows)
     display = pd.DataFrame({
         "Drafter": data["drafter"], "Budget": [f"{b} ({h})" for b, h in zip(data["budget"], data["how"])],
         "τ calibration": [fmt(v) for v in data["calibration_tau"]], "τ run": [fmt(v) for v in data["run_tau"]],
-        "Predicted": [fmt(v) for v in data["predicted_speedup"]],
+        "Predicted [95%, τ noise]": [predicted_cell(v, se) for v, se in
+                                     zip(data["predicted_speedup"], data["predicted_relative_se"])],
         "Predicted, run τ": [fmt(v) for v in data["predicted_with_run_tau"]],
         "Draft ratio": [fmt(v) for v in data["draft_ratio"]],
         "Measured [95% CI]": [ci_cell(s, lo, hi, float(n)) for s, lo, hi, n in
                               zip(data["measured_speedup"], data["ci_low"], data["ci_high"], data["n_questions"])],
+        "Measured / predicted": [miss_cell(r, z) for r, z in zip(data["measured_over_predicted"], data["miss_se"])],
     })
     note = ("auto: the budget of highest predicted speedup; a step's is S(b) = τ(b) (v1 + o) / (v1 r(b) + c d(b) + "
             "o'), τ(b) and the draft cost d(b) replayed on the calibration set, c the draft ratio (the drafter's "
@@ -388,11 +395,36 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
             "measured 1-node verify and loop overhead, o' the drafter's own overhead in that real decode (o in "
             "runs that did not record it); the prediction is the wall-time speedup (1 + p) / (p + 1 / S(b)), p the "
             "calibration turns' prefill over their plain decode time (0 in runs that did not record it). "
-            "Predicted, run τ: the same costs with the run's τ.")
+            "Predicted, run τ: the same costs with the run's τ. The prediction's 95% interval is its τ's sampling "
+            "noise over the calibration questions (τ's standard error with questions as units); Measured / "
+            "predicted gives the miss in the combined standard errors of that noise and the measurement's own "
+            "(read off its CI), on the log scale: within ±1.96 the miss is no larger than which questions each set "
+            "happened to hold explains; beyond it, it is flagged (the calibration's own timing noise is not in it, so "
+            "a flagged miss points at the cost terms, or at a chance of one in twenty). A dash: not recorded (runs "
+            "before it was).")
     if not run.sampling.greedy:
         note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
                  "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")
     return Table("budgets", "Tree budgets: chosen, predicted and measured", data, display, note)
+
+
+def predicted_cell(value: float, relative_se: float) -> str:
+    """``value [low, high]``: a prediction with its 95% interval from τ's sampling noise (``value`` alone
+    where the noise was not recorded)."""
+    if math.isnan(value) or math.isnan(relative_se):
+        return fmt(value)
+    spread = math.exp(metrics.Z95 * relative_se)
+    return f"{fmt(value)} [{fmt(value / spread)}, {fmt(value * spread)}]"
+
+
+def miss_cell(ratio: float, miss_se: float) -> str:
+    """``0.868 (-1.7 SE)``; a miss beyond the combined 95% noise is marked ``beyond question noise``."""
+    if math.isnan(ratio):
+        return DASH
+    if math.isnan(miss_se):
+        return f"{ratio:.3f}"
+    flag = ", **beyond question noise**" if abs(miss_se) > metrics.Z95 else ""
+    return f"{ratio:.3f} ({miss_se:+.1f} SE{flag})"
 
 
 def batch_table(run: RunResults) -> Table | None:

@@ -11,6 +11,9 @@
 - wall speedup: the wall-time speedup of turns whose decode steps speed up by S when a turn's prefill costs p of
   plain decoding's decode time of it, (1 + p) / (p + 1 / S) (what `auto` predicts; the prefill is the same for
   every drafter).
+- sampling noise of tau over questions: the standard error of a ratio of sums (tokens over steps) with the
+  questions as units, and how far a prediction misses a measurement in the two's combined standard errors
+  (`auto`'s prediction against a run's speedup; docs/decisions.md, "How far off is a prediction?").
 - batches: throughput over batch passes (tokens over the passes' measured wall time, each pass once) and
   per-sequence latency percentiles (ms per token).
 """
@@ -67,6 +70,37 @@ def bootstrap_speedup_ci(
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return float(low), float(high)
+
+
+def ratio_standard_error(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """Standard error of R = sum(numerators) / sum(denominators) when the units (questions) are a sample: the
+    linearised (delta-method) estimate sqrt(n / (n - 1) * sum (x_i - R y_i)^2) / sum(y), deterministic where a
+    bootstrap would draw. tau over questions is such a ratio (tokens over steps); NaN for fewer than 2 units."""
+    x, y = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)  # [n] each
+    n = len(x)
+    if n < 2 or y.sum() <= 0:
+        return float("nan")
+    ratio = x.sum() / y.sum()
+    return float(np.sqrt(n / (n - 1) * np.sum((x - ratio * y) ** 2)) / y.sum())
+
+
+#: two-sided 95% point of the standard normal (a CI's half-width in standard errors)
+Z95 = 1.959964
+
+
+def miss_in_standard_errors(predicted: float, predicted_relative_se: float, measured: float, ci_low: float,
+                            ci_high: float) -> float:
+    """How many combined standard errors a measured speedup lies from a prediction, on the log scale:
+    ln(measured / predicted) / sqrt(s_p^2 + s_m^2), s_p the prediction's relative standard error (its tau's
+    sampling noise over the calibration questions) and s_m the measurement's, read off its 95% CI as
+    ln(high / low) / (2 Z95). Beyond +-Z95 the miss is larger than which questions each set happened to hold
+    explains; within it, it is not. NaN when either noise is unknown."""
+    values = (predicted, predicted_relative_se, measured, ci_low, ci_high)
+    if not all(np.isfinite(values)) or min(predicted, measured, ci_low, ci_high) <= 0:
+        return float("nan")
+    measured_relative_se = np.log(ci_high / ci_low) / (2 * Z95)
+    combined = float(np.hypot(predicted_relative_se, measured_relative_se))
+    return float(np.log(measured / predicted) / combined) if combined > 0 else float("nan")
 
 
 def acceptance_by_depth(

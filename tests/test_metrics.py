@@ -1,5 +1,6 @@
 """`specbench.metrics` on hand-computed numbers: tau, both speedup conventions, the paired bootstrap CI,
-acceptance per depth (unconditional and conditional) and the accept-length histogram."""
+acceptance per depth (unconditional and conditional), the accept-length histogram, and tau's sampling noise
+over questions with the miss of a prediction in standard errors."""
 
 from __future__ import annotations
 
@@ -208,3 +209,41 @@ def test_accept_length_histogram_counts_sum_to_steps():
 
 def test_accept_length_histogram_of_no_steps_is_empty():
     assert metrics.accept_length_histogram([]) == {}
+
+
+# ---- tau's sampling noise over questions ------------------------------------------------------------------
+def test_ratio_standard_error_hand_computed():
+    """Three questions of (tokens, steps) (10, 5), (30, 10), (20, 10): R = 60 / 25 = 2.4, residuals x - R y = -2,
+    6, -4, so SE = sqrt(3 / 2 * 56) / 25."""
+    assert metrics.ratio_standard_error([10, 30, 20], [5, 10, 10]) == pytest.approx(math.sqrt(1.5 * 56) / 25)
+
+
+def test_ratio_standard_error_is_zero_when_every_question_has_the_same_ratio_and_nan_below_two():
+    assert metrics.ratio_standard_error([4, 8, 2], [2, 4, 1]) == 0.0
+    assert math.isnan(metrics.ratio_standard_error([4], [2]))
+    assert math.isnan(metrics.ratio_standard_error([], []))
+
+
+def test_ratio_standard_error_matches_the_spread_of_resampled_ratios():
+    """On 400 questions the linearised SE is the standard deviation of the ratio over bootstrap resamples (within
+    5%), and it shrinks as 1 / sqrt(n) (a quarter of the questions: twice the SE, within 15%)."""
+    rng = np.random.default_rng(7)
+    steps = rng.integers(20, 120, size=400).astype(float)  # [n]
+    tokens = steps * rng.gamma(9.0, 0.2, size=400)  # [n] per-question tau around 1.8, spread like ngram's
+    idx = rng.integers(0, 400, size=(4000, 400))  # [B, n]
+    resampled = tokens[idx].sum(axis=1) / steps[idx].sum(axis=1)  # [B]
+    se = metrics.ratio_standard_error(tokens, steps)
+    assert se == pytest.approx(resampled.std(), rel=0.05)
+    assert metrics.ratio_standard_error(tokens[:100], steps[:100]) == pytest.approx(2 * se, rel=0.15)
+
+
+def test_a_miss_is_counted_in_the_combined_standard_errors_on_the_log_scale():
+    """Predicted 1.5 with 5% relative noise; measured 1.2 with a 95% CI [1.0, 1.44] (relative SE ln(1.44) / 3.92):
+    ln(1.2 / 1.5) / hypot(0.05, ln(1.44) / 3.92) SEs, negative (under the prediction)."""
+    s_m = math.log(1.44) / (2 * metrics.Z95)
+    expected = math.log(1.2 / 1.5) / math.hypot(0.05, s_m)
+    assert metrics.miss_in_standard_errors(1.5, 0.05, 1.2, 1.0, 1.44) == pytest.approx(expected)
+    assert expected < -metrics.Z95  # beyond the noise
+    assert abs(metrics.miss_in_standard_errors(1.5, 0.10, 1.4, 1.2, 1.6)) < metrics.Z95  # within it
+    assert math.isnan(metrics.miss_in_standard_errors(1.5, float("nan"), 1.2, 1.0, 1.44))  # noise not recorded
+    assert math.isnan(metrics.miss_in_standard_errors(1.5, 0.05, 1.2, float("nan"), float("nan")))  # no CI (n < 5)

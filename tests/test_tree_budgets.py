@@ -113,6 +113,13 @@ def test_auto_chooses_records_and_resumes_with_the_same_budgets(tiny_run_setup, 
     best = max(point["predicted_speedup"] for point in choice["curve"])
     assert choice["budget"] in [p["budget"] for p in choice["curve"] if p["predicted_speedup"] >= best * 0.995]
     assert manifest["calibration"]["questions"] == 2 and manifest["calibration"]["turns"] == 2
+    # tau's noise over the two calibration questions: none at budget 1 (tau is 1 on every question), and each
+    # prediction's relative SE is its tau's relative SE scaled by the prefill (`predicted_relative_se`)
+    assert choice["curve"][0]["tau_se"] == 0.0 and all(p["tau_se"] is not None for p in choice["curve"])
+    share = manifest["calibration"]["prefill"]["share"]
+    for point in choice["curve"]:
+        assert point["predicted_relative_se"] == pytest.approx(
+            point["tau_se"] / point["tau"] / (1 + share * point["step_speedup"]))
     assert manifest["calibration"]["loop"]["verify1_ms"] > 0
     runs = load_run(out)
     assert {a.tree_budget for a in runs["ngram"]} == {choice["budget"]} and {a.tree_budget for a in runs["vanilla"]} == {1}
@@ -186,6 +193,7 @@ def test_auto_scales_replayed_draft_costs_by_the_drafters_run_replay_ratio(tiny_
     row = tables["budgets"].data.set_index("drafter").loc["cold-ngram"]
     assert row["draft_ratio"] == pytest.approx(ratio["ratio"])  # the report's Tree budgets table shows c
     assert "Draft ratio" in tables["budgets"].display.columns
+    assert row["predicted_relative_se"] >= 0 and "Measured / predicted" in tables["budgets"].display.columns
 
 
 def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
@@ -200,15 +208,15 @@ def test_calibration_decodes_every_turn_as_a_run_does(tiny_run_setup, tmp_path):
     two_turns = tmp_path / "two.jsonl"
     two_turns.write_text(json.dumps({"question_id": 1, "category": "c", "turns": ["count to ten", "and back"]}) + "\n")
     prompts = PromptBuilder(target.tokenizer, None)
-    trajectories, key = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")
+    trajectories, key, questions = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")
     expected = question_trajectories(target, prompts, load_questions(two_turns)[0], 12)
-    assert len(trajectories) == 2 and key["turns"] == "all"
+    assert len(trajectories) == 2 and key["turns"] == "all" and questions == [0, 0]  # one question, two turns
     for got, want in zip(trajectories, expected):
         assert torch.equal(got.prompt, want.prompt) and torch.equal(got.continuation, want.continuation)
     assert len(trajectories[1].prompt) > len(trajectories[0].prompt) + len(trajectories[0].continuation)
     first_answer = prompts.answer_text(trajectories[0].continuation.tolist())
     assert first_answer and first_answer in target.tokenizer.decode(trajectories[1].prompt.tolist())
-    again, _ = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")  # from the cache
+    again, _, _ = calibration_trajectories(target, prompts, two_turns, 12, None, tmp_path / "cache")  # from the cache
     assert [torch.equal(a.prompt, b.prompt) for a, b in zip(again, trajectories)] == [True, True]
 
 
@@ -341,3 +349,39 @@ def test_entries_pin_a_drafter_to_budgets_side_by_side(tiny_run_setup, tmp_path)
     assert parse_budget_spec("auto", ["vanilla@3", "hydra@5", "hydra"]) == {"vanilla@3": 1, "hydra@5": 5, "hydra": AUTO}
     with pytest.raises(SpecbenchError, match="NAME@N"):
         parse_budget_spec("auto", ["hydra@0"])
+
+
+def test_tau_noise_is_measured_with_the_calibration_questions_as_units():
+    """`points_with_noise` reads each budget's overall row as the point and its per-question rows for tau's
+    standard error (`metrics.ratio_standard_error` over the questions' tokens and steps), budget by budget."""
+    import pandas as pd
+
+    from specbench.harness.autobudget.choose import points_with_noise
+    from specbench.metrics import ratio_standard_error
+
+    rows = []
+    for budget, per_question in ((1, [(40, 40), (60, 60)]), (4, [(40, 20), (60, 20), (30, 25)])):
+        for index, (tokens, steps) in enumerate(per_question):
+            rows.append({"budget": budget, "category": f"question {index:04d}", "tokens": tokens, "steps": steps,
+                         "tau": tokens / steps, "draft_ms": 1.0, "trees": f"{budget}:{budget - 1}x{steps}"})
+        tokens, steps = map(sum, zip(*per_question))
+        rows.append({"budget": budget, "category": "overall", "tokens": tokens, "steps": steps, "tau": tokens / steps,
+                     "draft_ms": 1.0, "trees": f"{budget}:{budget - 1}x{steps}"})
+    one, four = points_with_noise(pd.DataFrame(rows))
+    assert (one.budget, one.tau, one.tau_se) == (1, 1.0, 0.0)
+    assert four.tau == pytest.approx(130 / 65) and four.tau_se == pytest.approx(ratio_standard_error([40, 60, 30],
+                                                                                                    [20, 20, 25]))
+    assert four.tau_se > 0 and four.trees == {"4:3": 65}
+
+
+def test_the_budget_table_shows_the_predictions_noise_and_flags_a_miss_beyond_it():
+    """The report's cells: a prediction with its 95% interval from tau's noise, and measured / predicted with the
+    miss in combined SEs, marked beyond the noise past 1.96 (and shown plainly where the noise is unknown)."""
+    from specbench.reports.tables import miss_cell, predicted_cell
+
+    assert predicted_cell(1.5, 0.05) == "1.50 [1.36, 1.65]"
+    assert predicted_cell(1.5, float("nan")) == "1.50"
+    assert miss_cell(0.868, -1.7) == "0.868 (-1.7 SE)"
+    assert miss_cell(0.80, -2.4) == "0.800 (-2.4 SE, **beyond question noise**)"
+    assert miss_cell(1.25, 2.1) == "1.250 (+2.1 SE, **beyond question noise**)"
+    assert miss_cell(0.95, float("nan")) == "0.950"

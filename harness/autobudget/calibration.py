@@ -105,11 +105,14 @@ def calibration_file(source: str, bench: str, categories: list[str] | None, limi
 
 
 def calibration_trajectories(target, prompts, calibration: Path, max_new_tokens: int, template: str | None,
-                             root: Path) -> tuple[list[Trajectory], dict]:
-    """(one trajectory per turn of every calibration question, the cache key); recorded or read from the
-    cache. ``prompts`` is the run's `PromptBuilder`."""
+                             root: Path) -> tuple[list[Trajectory], dict, list[int]]:
+    """(one trajectory per turn of every calibration question, the cache key, each turn's question index);
+    recorded or read from the cache. ``prompts`` is the run's `PromptBuilder`. The question indices let tau's
+    sampling noise be measured with questions as the units (a question's turns are not independent: a second
+    turn often copies the first)."""
     from specbench.harness.autobudget.trajectories import cached_trajectories
 
     by_question, key, _ = cached_trajectories(target, prompts, load_questions(calibration), max_new_tokens, template,
                                               root / "calibration")
-    return [trajectory for turns in by_question for trajectory in turns], key
+    return ([trajectory for turns in by_question for trajectory in turns], key,
+            [index for index, turns in enumerate(by_question) for _ in turns])

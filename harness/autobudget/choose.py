@@ -45,6 +45,7 @@ Rows that end early and refill are not modelled.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -58,7 +59,13 @@ from specbench.harness.autobudget.calibration import (
     calibration_source,
     calibration_trajectories,
 )
-from specbench.harness.autobudget.predict import BudgetPoint, best_budget, best_of, step_speedup
+from specbench.harness.autobudget.predict import (
+    BudgetPoint,
+    best_budget,
+    best_of,
+    predicted_relative_se,
+    step_speedup,
+)
 from specbench.harness.autobudget.profile import batch_profile, batch_width, measure_and_cache, resolve_profile
 from specbench.harness.autobudget.replay import RowsTogether, budget_point, sweep
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
@@ -171,19 +178,36 @@ def drafter_identity(name: str, drafter, options: dict) -> dict:
 
 
 def replayed_curve(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
-                   candidates: list[int], max_new_tokens: int, machine: dict, root: Path) -> list[BudgetPoint]:
-    """tau and draft ms per candidate budget, replayed over the calibration trajectories (cached)."""
+                   candidates: list[int], max_new_tokens: int, machine: dict, root: Path,
+                   questions: list[int] | None = None) -> list[BudgetPoint]:
+    """tau, its standard error over the calibration questions and draft ms per candidate budget, replayed over
+    the calibration trajectories (cached). ``questions``: each trajectory's question index (default: each its
+    own)."""
     drafter.reset(target.handle)  # a trained drafter loads its checkpoint here, so its identity is known
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
-           "candidates": candidates, "machine": machine}
+           "candidates": candidates, "machine": machine, "tau_se": "by question"}
+    questions = list(range(len(trajectories))) if questions is None else questions
 
     def replayed() -> list[dict]:
-        table = sweep(target, {name: drafter}, [("calibration", t) for t in trajectories], candidates, max_new_tokens,
-                      label=f"replay {name}")
-        return [asdict(budget_point(row)) for row in table[table["category"] == "overall"].itertuples()]
+        turns = [(f"question {index:04d}", t) for index, t in zip(questions, trajectories)]
+        table = sweep(target, {name: drafter}, turns, candidates, max_new_tokens, label=f"replay {name}")
+        return [asdict(point) for point in points_with_noise(table)]
 
     path = root / "calibration" / "curves" / f"{name}-{key_digest(key)}.json"
     return cached_json(path, key, replayed, lambda value: [BudgetPoint(**point) for point in value])
+
+
+def points_with_noise(table) -> list[BudgetPoint]:
+    """A `sweep` table whose categories are the calibration questions as `BudgetPoint`s, one per budget (its
+    ``overall`` row), each with tau's standard error over the questions (`metrics.ratio_standard_error`)."""
+    from specbench.metrics import ratio_standard_error
+
+    points = []
+    for row in table[table["category"] == "overall"].itertuples():
+        questions = table[(table["budget"] == row.budget) & (table["category"] != "overall")]
+        se = ratio_standard_error(questions["tokens"], questions["steps"])
+        points.append(replace(budget_point(row), tau_se=None if math.isnan(se) else se))
+    return points
 
 
 def measure_run_draft(target, drafter, trajectory, budget: int, tokens: int) -> dict:
@@ -271,7 +295,8 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
                      for p in points}
             predictions = {budget: wall_speedup(step, prefill_share) for budget, step in steps.items()}
             best = best_of(predictions)  # as `best_budget` chooses
-            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget], "step_speedup": steps[p.budget]}
+            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget], "step_speedup": steps[p.budget],
+                                  "predicted_relative_se": predicted_relative_se(p, steps[p.budget], prefill_share)}
                      for p in points]
             choices[name] = BudgetChoice(best, AUTO, predictions[best], curve)
     return choices
@@ -299,8 +324,8 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
     calibrated_on = calibration_source(config.calibration, config.bench, config.categories, config.limit)
     calibration = calibration_file(calibrated_on, config.bench, config.categories, config.limit, cache_root())
     tokens = min(config.max_new_tokens, CALIBRATION_TOKENS)
-    trajectories, trajectory_key = calibration_trajectories(target, prompts, calibration, tokens, config.template,
-                                                            cache_root())
+    trajectories, trajectory_key, questions = calibration_trajectories(target, prompts, calibration, tokens,
+                                                                       config.template, cache_root())
     machine = {name: profile.key.get(name) for name in ("device", "device_name", "dtype", "threads", "torch")}
     timing = cached_loop_timing(target, trajectories[0].prompt.tolist(), trajectory_key, machine, cache_root())
     prefill = cached_prefill_share(target, trajectories, trajectory_key, machine, cache_root())
@@ -316,7 +341,7 @@ def _resolve_budgets(config, target, prompts, drafters: dict, progress: bool) ->
         limit = drafters[name].max_budget()  # larger budgets would replay the same trees
         mine = candidates if limit is None else sorted({b for b in candidates if b < limit} | {min(limit, max(candidates))})
         replayed = replayed_curve(target, name, drafters[name], options(name), trajectories, trajectory_key, mine,
-                                  tokens, machine, cache_root())
+                                  tokens, machine, cache_root(), questions)
         first, _ = best_budget(replayed, profile, timing.overhead_ms, timing.verify1_ms)
         run_draft = cached_run_draft(target, name, drafters[name], options(name), trajectories[0], trajectory_key,
                                      first, tokens, machine, cache_root())

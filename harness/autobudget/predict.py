@@ -38,6 +38,7 @@ class BudgetPoint:
     tau: float
     draft_ms: float  # per step, the drafter's own propose cost
     trees: dict[str, int] = field(default_factory=dict)  # "nodes:depth" -> steps
+    tau_se: float | None = None  # tau's standard error over the calibration questions (None: not measured)
 
 
 @lru_cache(maxsize=None)
@@ -105,6 +106,16 @@ def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: f
                       prefill_share: float = 0.0) -> float:
     """The wall-time speedup predicted at ``point`` (the module docstring's formula)."""
     return wall_speedup(step_speedup(point, profile, overhead_ms, verify1_ms, drafter_overhead_ms), prefill_share)
+
+
+def predicted_relative_se(point: BudgetPoint, step: float, prefill_share: float = 0.0) -> float | None:
+    """The relative standard error a prediction at ``point`` inherits from its tau's sampling noise over the
+    calibration questions (None where not measured): the step speedup ``step`` is proportional to tau, and the
+    wall-time speedup (1 + p) / (p + 1 / S) moves by d ln W / d ln S = 1 / (1 + p S) of it. Costs are timed, not
+    sampled over questions, so they add none here."""
+    if point.tau_se is None or not point.tau > 0:
+        return None
+    return point.tau_se / point.tau / (1 + prefill_share * step)
 
 
 #: predictions within this fraction of the best count as ties; the smallest budget among them wins
