@@ -10,7 +10,11 @@ This asks whether the propose is why, by timing the same verify forward (a ``--n
 - ``sweep-N``: a read of N MiB of memory that no model uses (``tensor.sum()``), which replaces that much of the
   CPU's caches: if the verify's cost rises with N, the caches are what a propose can take from it;
 - each ``--drafters`` name: one real propose of that drafter at ``--budget``, from its state after a few decode
-  steps of a real sequence (`benchlib.record_decode_state`; the drafter's state is restored before each).
+  steps of a real sequence (`benchlib.record_decode_state`; the drafter's state is restored before each);
+- ``tree-N`` for each of ``--after-trees``: a verify forward of an N-node bushy tree, as the profile's rotating
+  rounds put one size after another. With ``--nodes 1`` this asks whether the profile's one-node time (after
+  other sizes) is the one-node time of plain decoding (after one node, back to back), the scale every tree's
+  ratio is taken against.
 
 Conditions are timed in rounds, the order rotating, and the median per condition printed with its ratio to
 ``verify``'s. Time it alone on the machine. On 2026-12-01 (40 rounds) every drafter's propose and both memory reads
@@ -18,6 +22,7 @@ came out within 0.98-1.03 of verify-after-verify, so `auto` keeps no verify fact
 ratio"; the sittings in docs/journal/verify-after-propose-2026-12-01.txt).
 
 Run:  python -m benchmarks.verify_after_propose --drafters hydra,medusa,ctc,eagle --sweeps 64,128,256,512
+      python -m benchmarks.verify_after_propose --nodes 1 --drafters "" --sweeps "" --after-trees 2,12,64
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafters", default="hydra,medusa,ctc,eagle")
     parser.add_argument("--sweeps", default="64,128,256,512", help="MiB read before a verify, comma-separated")
     parser.add_argument("--nodes", type=int, default=12, help="the timed verify's tree size")
+    parser.add_argument("--after-trees", default="", help="tree sizes whose verify comes before the timed one")
     parser.add_argument("--budget", type=int, default=12, help="the drafters' tree budget")
     parser.add_argument("--prefix", type=int, default=300, help="the timed verify's cached prefix")
     parser.add_argument("--rounds", type=int, default=15)
@@ -93,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         before[f"sweep-{mib}"] = (lambda n: lambda: buffer[:n].sum())(mib * 2**18)
     for name in (n for n in args.drafters.split(",") if n):
         before[name] = drafter_propose(target, name, prompt, args.budget)
+    forward = single_forward(target, args.prefix)
+    for size in (int(n) for n in args.after_trees.split(",") if n):
+        before[f"tree-{size}"] = (lambda tree: lambda: forward(tree))(tree_of_size(size, "bushy"))
     medians = time_verify_after(target, before, args.nodes, args.prefix, args.rounds)
     print(f"{args.nodes}-node verify against a {args.prefix}-token cache, median of {args.rounds} rounds, "
           f"{args.threads} threads")
