@@ -43,12 +43,13 @@ DECODE_STEPS = 6  # real decode steps before the proposes timed against (the dra
 
 
 def time_verify_after(target, before: dict[str, Callable[[], object] | None], nodes: int, prefix: int,
-                      rounds: int) -> dict[str, float]:
+                      rounds: int, forward: Callable | None = None) -> dict[str, float]:
     """Median ms of one ``nodes``-node bushy verify (against a ``prefix``-token cache, its slots dropped after) right
     after each of ``before``'s actions, over ``rounds`` rotating rounds after an untimed one. The clock starts
     after the action: only the verify is timed, by the profile's own timed forward (`profile.single_forward`).
-    ``before`` may name "verify" with None: the verify itself."""
-    forward = single_forward(target, prefix)  # tree -> ms, its slots dropped after
+    ``before`` may name "verify" with None: the verify itself. ``forward``: the timed forward (tree -> ms) when the
+    caller's actions share its cache, as the profile's sizes do (default: `profile.single_forward`'s own)."""
+    forward = forward or single_forward(target, prefix)  # tree -> ms, its slots dropped after
     tree = tree_of_size(nodes, "bushy")
     actions = {name: (lambda: forward(tree)) if action is None else action for name, action in before.items()}
     times: dict[str, list[float]] = {name: [] for name in actions}
@@ -99,10 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         before[f"sweep-{mib}"] = (lambda n: lambda: buffer[:n].sum())(mib * 2**18)
     for name in (n for n in args.drafters.split(",") if n):
         before[name] = drafter_propose(target, name, prompt, args.budget)
-    forward = single_forward(target, args.prefix)
+    forward = single_forward(target, args.prefix)  # one cache for the timed verify and the trees before it
     for size in (int(n) for n in args.after_trees.split(",") if n):
         before[f"tree-{size}"] = (lambda tree: lambda: forward(tree))(tree_of_size(size, "bushy"))
-    medians = time_verify_after(target, before, args.nodes, args.prefix, args.rounds)
+    medians = time_verify_after(target, before, args.nodes, args.prefix, args.rounds, forward)
     print(f"{args.nodes}-node verify against a {args.prefix}-token cache, median of {args.rounds} rounds, "
           f"{args.threads} threads")
     print(f"{'after':>12}  {'verify ms':>9}  {'/ after verify':>14}")

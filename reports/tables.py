@@ -373,7 +373,10 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
                      "draft_ratio": ratios.get(name, {}).get("ratio", np.nan),
                      "measured_speedup": speedup, "n_questions": overall["n_questions"].iloc[0],
                      "ci_low": ci_low, "ci_high": ci_high, "measured_over_predicted": speedup / predicted,
-                     "miss_se": metrics.miss_in_standard_errors(predicted, noise, speedup, ci_low, ci_high)})
+                     # judged only where the report shows the measured CI (`ci_shown`: a bootstrap over fewer
+                     # questions is too rough to read a measurement's noise from)
+                     "miss_se": metrics.miss_in_standard_errors(predicted, noise, speedup, ci_low, ci_high)
+                     if ci_shown(float(overall["n_questions"].iloc[0])) else np.nan})
     if not rows:
         return None
     data = pd.DataFrame(rows)
@@ -395,13 +398,14 @@ def budget_table(run: RunResults, summary: pd.DataFrame) -> Table | None:
             "measured 1-node verify and loop overhead, o' the drafter's own overhead in that real decode (o in "
             "runs that did not record it); the prediction is the wall-time speedup (1 + p) / (p + 1 / S(b)), p the "
             "calibration turns' prefill over their plain decode time (0 in runs that did not record it). "
-            "Predicted, run τ: the same costs with the run's τ. The prediction's 95% interval is its τ's sampling "
-            "noise over the calibration questions (τ's standard error with questions as units); Measured / "
+            "Predicted, run τ: the same costs with the run's τ. The prediction's 95% interval is its sampling noise "
+            "over the calibration questions (the predicted speedup's standard error with questions as units, τ and "
+            "the trees each question's steps proposed together); Measured / "
             "predicted gives the miss in the combined standard errors of that noise and the measurement's own "
             "(read off its CI), on the log scale: within ±1.96 the miss is no larger than which questions each set "
             "happened to hold explains; beyond it, it is flagged (the calibration's own timing noise is not in it, so "
-            "a flagged miss points at the cost terms, or at a chance of one in twenty). A dash: not recorded (runs "
-            "before it was).")
+            "a flagged miss points at the cost terms, or at a chance of one in twenty). Without an interval or SEs: "
+            "not recorded (runs before it was), or too few questions for the measured CI.")
     if not run.sampling.greedy:
         note += (" The calibration replays greedy decoding (replay needs the target's known continuation), so at "
                  "temperature > 0 τ calibration and the prediction are greedy figures; compare τ run.")

@@ -12,6 +12,7 @@ read as ``cpu`` (this machine has no CUDA) and ``--compile-backend cudagraphs`` 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -32,14 +33,21 @@ export -f record specbench python3 timeout nvidia-smi tar
 """
 
 
+#: the scripts' own settings: a developer's shell may set them, and the test checks the scripts' defaults
+SCRIPT_SETTINGS = {"STEPS", "DRAFTERS", "BUDGETS", "REGIME_DRAFTERS", "BACKEND", "DEVICE", "EPOCHS", "TOKENS", "INIT",
+                   "DRAFT_VOCAB", "CONTEXT_VOCAB", "STEP_DECAY", "HIDDEN_BATCH", "TRAIN", "HELDOUT", "LIMIT", "MAX_NEW",
+                   "SIZES", "T_REGIMES", "T_COMPILED", "T_EAGER", "T_BATCHES", "T_GRAPHS"}
+
+
 def recorded_calls(script: str, args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> list[list[str]]:
     """Run ``scripts/<script>`` with the stubs; the calls it made, each as its argument list."""
     calls = tmp_path / "calls"
     calls.touch()
-    environment = os.environ | {"CALLS": str(calls), "OUT": str(tmp_path / "out"),
-                                "LEASE_WORK": str(tmp_path / "lease")} | (env or {})
+    inherited = {key: value for key, value in os.environ.items() if key not in SCRIPT_SETTINGS}
+    environment = inherited | {"CALLS": str(calls), "OUT": str(tmp_path / "out"),
+                               "LEASE_WORK": str(tmp_path / "lease")} | (env or {})
     (tmp_path / "out").mkdir(exist_ok=True)
-    command = f"{STUBS}\nbash {ROOT / 'scripts' / script} " + " ".join(f"'{arg}'" for arg in args)
+    command = f"{STUBS}\nbash {shlex.quote(str(ROOT / 'scripts' / script))} " + " ".join(map(shlex.quote, args))
     done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=60)
     # the exit code is the last line's (gpu_lease.sh ends in a grep that finds nothing here), so the script's
@@ -85,6 +93,7 @@ def check_call(call: list[str]) -> str:
 
 
 def commands_of(calls: list[list[str]]) -> list[str]:
+    """Each recorded call checked (`check_call`), as the list of their commands' names."""
     return [check_call(call) for call in calls]
 
 

@@ -50,6 +50,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbench.drafters.vanilla import VanillaDrafter
 from specbench.errors import SpecbenchError
@@ -71,11 +72,14 @@ from specbench.harness.autobudget.replay import RowsTogether, budget_point, swee
 from specbench.harness.autobudget.spec import AUTO, DEFAULT_CANDIDATES, BudgetChoice, parse_budget_spec, split_entry
 from specbench.harness.autobudget.trajectories import cached_json, holding, key_digest
 from specbench.harness.loop import Job, generate, generate_batch
-from specbench.metrics import wall_speedup
+from specbench.metrics import ratio_standard_error, wall_speedup
 from specbench.model_source import cache_root
 from specbench.progress import enabled
 from specbench.questions import load_questions
 from specbench.results import BASELINE
+
+if TYPE_CHECKING:  # pandas loads with the replay that makes the table
+    import pandas as pd
 
 CURVE_FORMAT = 3  # bump when what a cached curve holds changes
 TIMING_TOKENS = 48  # plain-decoding tokens timed for the loop's v1 and overhead (after an untimed pass)
@@ -179,14 +183,12 @@ def drafter_identity(name: str, drafter, options: dict) -> dict:
 
 def replayed_curve(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
                    candidates: list[int], max_new_tokens: int, machine: dict, root: Path,
-                   questions: list[int] | None = None) -> list[BudgetPoint]:
-    """tau, its standard error over the calibration questions and draft ms per candidate budget, replayed over
-    the calibration trajectories (cached). ``questions``: each trajectory's question index (default: each its
-    own)."""
+                   questions: list[int]) -> list[BudgetPoint]:
+    """tau, draft ms and trees per candidate budget, replayed over the calibration trajectories, with each
+    question's own (cached). ``questions``: each trajectory's question index (`calibration_trajectories`)."""
     drafter.reset(target.handle)  # a trained drafter loads its checkpoint here, so its identity is known
     key = {"format": CURVE_FORMAT, "trajectories": trajectory_key, "drafter": drafter_identity(name, drafter, options),
-           "candidates": candidates, "machine": machine, "tau_se": "by question"}
-    questions = list(range(len(trajectories))) if questions is None else questions
+           "candidates": candidates, "machine": machine, "questions": questions}
 
     def replayed() -> list[dict]:
         turns = [(f"question {index:04d}", t) for index, t in zip(questions, trajectories)]
@@ -197,16 +199,17 @@ def replayed_curve(target, name: str, drafter, options: dict, trajectories, traj
     return cached_json(path, key, replayed, lambda value: [BudgetPoint(**point) for point in value])
 
 
-def points_with_noise(table) -> list[BudgetPoint]:
-    """A `sweep` table whose categories are the calibration questions as `BudgetPoint`s, one per budget (its
-    ``overall`` row), each with tau's standard error over the questions (`metrics.ratio_standard_error`)."""
-    from specbench.metrics import ratio_standard_error
-
+def points_with_noise(table: "pd.DataFrame") -> list[BudgetPoint]:
+    """One drafter's `sweep` table whose categories are the calibration questions as `BudgetPoint`s, one per
+    budget (its ``overall`` row), each with its per-question records (``by_question``) and tau's standard error
+    over the questions (`metrics.ratio_standard_error`)."""
     points = []
     for row in table[table["category"] == "overall"].itertuples():
         questions = table[(table["budget"] == row.budget) & (table["category"] != "overall")]
         se = ratio_standard_error(questions["tokens"], questions["steps"])
-        points.append(replace(budget_point(row), tau_se=None if math.isnan(se) else se))
+        by_question = [{"tokens": int(q.tokens), "steps": int(q.steps), "draft_ms": float(q.draft_ms),
+                        "trees": budget_point(q).trees} for q in questions.itertuples()]
+        points.append(replace(budget_point(row), tau_se=None if math.isnan(se) else se, by_question=by_question))
     return points
 
 
@@ -250,8 +253,18 @@ def draft_ratio(run_draft: dict, replayed: list[BudgetPoint]) -> dict:
 
 
 def with_draft_ratio(points: list[BudgetPoint], ratio: float) -> list[BudgetPoint]:
-    """``points`` with each replayed draft cost scaled to a run's (`draft_ratio`)."""
-    return [replace(point, draft_ms=point.draft_ms * ratio) for point in points]
+    """``points`` with each replayed draft cost scaled to a run's (`draft_ratio`), per question too."""
+    return [replace(point, draft_ms=point.draft_ms * ratio,
+                    by_question=[question | {"draft_ms": question["draft_ms"] * ratio} for question in point.by_question])
+            for point in points]
+
+
+def curve_entry(point: BudgetPoint) -> dict:
+    """A curve point as the manifest records it: the point without its per-question records (the cached curve
+    keeps them)."""
+    entry = asdict(point)
+    del entry["by_question"]
+    return entry
 
 
 def batch_draft_ms(target, name: str, drafter, options: dict, trajectories, trajectory_key: dict,
@@ -277,7 +290,7 @@ def choose_at_batch(points: list[BudgetPoint], draft_ms: dict[int, float], profi
     at_batch = [replace(point, draft_ms=draft_ms[point.budget]) for point in points]
     best, predictions = best_budget(at_batch, profile, timing.overhead_ms, timing.verify1_ms)
     return {"budget": best, "how": AUTO, "predicted_speedup": predictions[best],
-            "curve": [asdict(p) | {"predicted_speedup": predictions[p.budget]} for p in at_batch]}
+            "curve": [curve_entry(p) | {"predicted_speedup": predictions[p.budget]} for p in at_batch]}
 
 
 def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetChoice]:
@@ -295,8 +308,10 @@ def choose_budgets(wanted: dict[str, int | str], calibrate) -> dict[str, BudgetC
                      for p in points}
             predictions = {budget: wall_speedup(step, prefill_share) for budget, step in steps.items()}
             best = best_of(predictions)  # as `best_budget` chooses
-            curve = [asdict(p) | {"predicted_speedup": predictions[p.budget], "step_speedup": steps[p.budget],
-                                  "predicted_relative_se": predicted_relative_se(p, steps[p.budget], prefill_share)}
+            curve = [curve_entry(p) | {"predicted_speedup": predictions[p.budget], "step_speedup": steps[p.budget],
+                                       "predicted_relative_se": predicted_relative_se(
+                                           p, profile, timing.overhead_ms, timing.verify1_ms, own_overhead_ms,
+                                           prefill_share)}
                      for p in points]
             choices[name] = BudgetChoice(best, AUTO, predictions[best], curve)
     return choices

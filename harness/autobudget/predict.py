@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from specbench.harness.autobudget.profile import VerifyProfile, tree_of_size
-from specbench.metrics import wall_speedup
+from specbench.metrics import ratio_standard_error, wall_speedup
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,16 @@ class BudgetPoint:
 
     ``trees`` counts the steps by (tree size, deepest depth) the drafter actually proposed, so the verify
     cost is that of its real trees: a drafter may propose fewer nodes than the budget, and a chain costs
-    less than a bushy tree of the same size on some machines. Without it the budget is the size."""
+    less than a bushy tree of the same size on some machines. Without it the budget is the size.
+    ``by_question`` holds the same per calibration question ({tokens, steps, draft_ms, trees}), for the
+    prediction's sampling noise over the questions (`predicted_relative_se`); the manifest leaves it out."""
 
     budget: int
     tau: float
     draft_ms: float  # per step, the drafter's own propose cost
     trees: dict[str, int] = field(default_factory=dict)  # "nodes:depth" -> steps
     tau_se: float | None = None  # tau's standard error over the calibration questions (None: not measured)
+    by_question: list[dict] = field(default_factory=list)  # per question: tokens, steps, draft_ms, trees
 
 
 @lru_cache(maxsize=None)
@@ -108,14 +111,29 @@ def predicted_speedup(point: BudgetPoint, profile: VerifyProfile, overhead_ms: f
     return wall_speedup(step_speedup(point, profile, overhead_ms, verify1_ms, drafter_overhead_ms), prefill_share)
 
 
-def predicted_relative_se(point: BudgetPoint, step: float, prefill_share: float = 0.0) -> float | None:
-    """The relative standard error a prediction at ``point`` inherits from its tau's sampling noise over the
-    calibration questions (None where not measured): the step speedup ``step`` is proportional to tau, and the
-    wall-time speedup (1 + p) / (p + 1 / S) moves by d ln W / d ln S = 1 / (1 + p S) of it. Costs are timed, not
-    sampled over questions, so they add none here."""
-    if point.tau_se is None or not point.tau > 0:
+def predicted_relative_se(point: BudgetPoint, profile: VerifyProfile, overhead_ms: float = 0.0,
+                          verify1_ms: float | None = None, drafter_overhead_ms: float | None = None,
+                          prefill_share: float = 0.0) -> float | None:
+    """The relative standard error of the prediction at ``point`` from which questions the calibration set holds
+    (None without at least two questions' records). Per question q the prediction's own terms give its tokens
+    and a predicted decode time C_q = steps_q (v1 r_q + d_q + o'), r_q the verify ratio of q's trees and d_q its
+    draft ms per step; the step speedup is (v1 + o) sum tokens / sum C, a ratio of sums over questions, whose
+    relative SE is `metrics.ratio_standard_error` over its value. So a question whose trees accept more but also
+    cost more (ngram's: a match proposes a tree, no match the root alone) counts as both. The wall-time speedup
+    (1 + p) / (p + 1 / S) moves by d ln W / d ln S = 1 / (1 + p S) of it. The terms themselves (v1, o, c, the
+    profile) are timed, not sampled over questions: their error is not in it."""
+    if len(point.by_question) < 2:
         return None
-    return point.tau_se / point.tau / (1 + prefill_share * step)
+    one = profile.cost_ms(1) if verify1_ms is None else verify1_ms
+    own = overhead_ms if drafter_overhead_ms is None else drafter_overhead_ms
+    tokens = [question["tokens"] for question in point.by_question]  # [Q]
+    costs = [question["steps"] * (one * verify_ratio(BudgetPoint(point.budget, 0.0, 0.0, question["trees"]), profile)
+                                  + question["draft_ms"] + own) for question in point.by_question]  # [Q] ms
+    if sum(costs) <= 0:
+        return None
+    relative = ratio_standard_error(tokens, costs) / (sum(tokens) / sum(costs))
+    step = step_speedup(point, profile, overhead_ms, verify1_ms, drafter_overhead_ms)
+    return relative / (1 + prefill_share * step)
 
 
 #: predictions within this fraction of the best count as ties; the smallest budget among them wins

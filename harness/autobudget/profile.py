@@ -389,9 +389,8 @@ def resolve_profile(profile_file: str | None, target):
     if profile_file:
         profile, source, where = load_profile(Path(profile_file)), profile_file, profile_file
     else:
-        path = cache_path(profile_key(target), cache_root())
-        profile = load_profile(path) if path.exists() else None
-        source, where = ("cache" if profile is not None else None), str(path)
+        profile = cached_profile(target, cache_root())
+        source, where = ("cache" if profile is not None else None), str(cache_path(profile_key(target), cache_root()))
     note = implausible_note(profile, where) if profile is not None else None
     if note and where not in _WARNED:
         _WARNED.add(where)
