@@ -239,38 +239,45 @@ def test_a_profile_with_a_tree_timed_below_one_node_explains_the_epyc_main_job()
     assert main([str(run), "--profile", str(again)]) == 0
 
 
-def test_the_xeon_main_jobs_calibration_noise_agrees_with_its_run_and_recomputes():
-    """`benchmarks.calibration_noise`'s committed output for the Xeon main job (made before runs recorded tau's noise):
-    its manifest taus, predictions and measured speedups are the run's own (the replayed tau equal to the manifest's
-    for every drafter but sps, whose int8 draft model rounds differently on another CPU: within 1%), and every
-    derived column recomputes from the printed ones with the metric code (interval, ratio, miss in SEs)."""
+@pytest.mark.parametrize("name", ["main-job-xeon-8da82b7", "main-job-epyc-b61aa5c"])
+def test_a_main_jobs_calibration_noise_agrees_with_its_run_and_recomputes(name):
+    """`benchmarks.calibration_noise`'s committed output for a main job: its manifest taus, predictions and measured
+    speedups are the run's own (the replayed tau equal to the manifest's; on the Xeon run sps's within 1%, its int8
+    draft model rounding differently on the EPYC that replayed it), and every derived column recomputes from the
+    printed ones with the metric code (interval, ratio, miss in SEs)."""
     import math
 
     import pandas as pd
 
     from specbench.metrics import Z95, miss_in_standard_errors
 
-    run = ROOT / "docs" / "runs" / "main-job-xeon-8da82b7"
+    run = ROOT / "docs" / "runs" / name
     rows = pd.read_csv(run / "calibration-noise.txt", sep=r"\s+", comment="#").set_index("drafter")
     manifest = json.loads((run / "manifest.json").read_text())
     summary = pd.read_csv(run / "summary.csv")
     measured = summary[summary["category"] == "overall"].set_index("drafter")
     assert set(rows.index) == {name for name, c in manifest["budgets"].items() if c["how"] == "auto"}
-    for name, row in rows.iterrows():
-        choice = manifest["budgets"][name]
+    for drafter, row in rows.iterrows():
+        choice = manifest["budgets"][drafter]
         point = next(p for p in choice["curve"] if p["budget"] == choice["budget"])
         assert row["budget"] == choice["budget"] and row["tau_manifest"] == pytest.approx(point["tau"], abs=5e-4)
         assert row["predicted"] == pytest.approx(point["predicted_speedup"], abs=5e-4)
-        assert row["measured"] == pytest.approx(measured.loc[name, "speedup"], abs=5e-4)
-        assert row["tau_here"] == pytest.approx(row["tau_manifest"], rel=0.01 if name == "sps" else 1e-3)
+        assert row["measured"] == pytest.approx(measured.loc[drafter, "speedup"], abs=5e-4)
+        close = 0.01 if (name, drafter) == ("main-job-xeon-8da82b7", "sps") else 1e-3
+        assert row["tau_here"] == pytest.approx(row["tau_manifest"], rel=close)
         assert row["tau_relative_se"] == pytest.approx(row["tau_se"] / row["tau_here"], abs=2e-3)
-        relative = math.log(row["predicted_high"] / row["predicted"]) / Z95
-        assert row["predicted_low"] == pytest.approx(row["predicted"] / math.exp(Z95 * relative), abs=2e-3)
+        relative = row["predicted_relative_se"]
+        assert 0 < relative <= row["tau_relative_se"] + 2e-3  # tau's noise, a little of it offset by the trees' costs
+        assert row["predicted_low"] == pytest.approx(row["predicted"] / math.exp(Z95 * relative), abs=3e-3)
+        assert row["predicted_high"] == pytest.approx(row["predicted"] * math.exp(Z95 * relative), abs=3e-3)
         assert row["measured_over_predicted"] == pytest.approx(row["measured"] / row["predicted"], abs=2e-3)
         assert row["miss_se"] == pytest.approx(miss_in_standard_errors(
-            row["predicted"], relative, row["measured"], row["ci_low"], row["ci_high"]), abs=0.03)
-    # the reading docs/performance.md gives: ngram misses 10% within the question noise; sps lands within 10% but
-    # beyond it (its draft model ran 1.22x its predicted cost); every other drafter within both
-    assert rows.loc["ngram", "measured_over_predicted"] < 0.9 and abs(rows.loc["ngram", "miss_se"]) < Z95
-    assert rows.loc["sps", "measured_over_predicted"] > 0.9 and rows.loc["sps", "miss_se"] < -Z95
-    assert (rows.drop(["ngram", "sps"])["miss_se"].abs() < Z95).all()
+            row["predicted"], relative, row["measured"], row["ci_low"], row["ci_high"]), abs=0.1)
+    # the readings docs/performance.md gives
+    beyond = set(rows.index[rows["miss_se"].abs() > Z95])
+    assert (rows["miss_se"] < 0).all()  # every prediction above its measurement
+    if name == "main-job-xeon-8da82b7":  # ngram misses 10% within the question noise; sps lands within 10%, beyond it
+        assert rows.loc["ngram", "measured_over_predicted"] < 0.9 and beyond == {"sps"}
+        assert rows.loc["sps", "measured_over_predicted"] > 0.9
+    else:  # the Zen 3 EPYC: six of eight beyond the noise, a profile pricing small trees below one node
+        assert beyond == {"ctc-ce", "eagle", "eagle3", "medusa", "ngram", "sps"}
