@@ -108,6 +108,7 @@ def build_manifest(config: RunConfig, target: TargetModel, bench_path: Path, que
                   "sha256": target.source.sha256 if target.source else None,
                   "fingerprint": target.handle.fingerprint, "in_memory": target.source is None,
                   "architecture": type(target.model).__name__, "linear_kernel": target.linear_kernel,
+                  "attention_kernel": target.attention_kernel,
                   "parameters": sum(p.numel() for p in target.model.parameters())},
         "data": {"path": str(bench_path), "sha256": file_sha256(bench_path), "questions": [q.question_id for q in questions]},
         "environment": {"python": platform.python_version(), "torch": torch.__version__,

@@ -20,6 +20,7 @@ import time
 import torch
 
 from specbench import batch_cache, kv, static_cache
+from specbench.attention import chosen_attention, use_attention
 from specbench.cuda_graphs import GraphedFunction, cuda_capture, replay_capture
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
@@ -53,6 +54,8 @@ class TargetModel:
         self.config = model.config
         self.linear_kernel = chosen_kernel(self.device, self.dtype)  # specbench.linear: the same for every drafter
         use_kernel(model, self.linear_kernel)
+        self.attention_kernel = chosen_attention(self.device)  # specbench.attention: a tree's keys read in place
+        use_attention(model, self.attention_kernel)
         self.handle = TargetHandle(
             embed_tokens=model.get_input_embeddings(),
             lm_head=self.lm_head,

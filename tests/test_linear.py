@@ -78,7 +78,7 @@ def test_the_target_runs_on_the_kernel_and_its_profile_key_says_so(llama_target)
     assert kernel_of(nn.Linear(2, 3)) == "torch"
     key = profile_key(llama_target)
     assert key["linear"] == "weight-left"
-    assert cache_path(key, Path("/profiles")).name.endswith("-weight-left.json")  # not a torch-kernel profile
+    assert "-weight-left" in cache_path(key, Path("/profiles")).name  # not a torch-kernel profile
 
 
 def test_a_bad_kernel_name_is_one_line_and_exit_2():

@@ -7,7 +7,7 @@ shapes (a chain, as ngram and CTC beams draft, and a bushy tree, as Medusa/Hydra
 each the median of repeats against a fixed cached prefix.
 
 A profile is keyed by everything that changes the numbers (model hash, device name, dtype, torch threads,
-torch version, linear kernel, regime: eager or compiled, `TargetModel.use_regime`), cached under
+torch version, linear and attention kernels, regime: eager or compiled, `TargetModel.use_regime`), cached under
 ``$SPECBENCH_CACHE/profiles/`` and written into each run's manifest. It is a
 small JSON file, so one measured elsewhere can be passed with ``--profile FILE`` to predict speedups on
 hardware the reader does not have.
@@ -201,7 +201,14 @@ def profile_key(target, threads: int | None = None, batch: int = 1) -> dict:
             "dtype": str(target.dtype).removeprefix("torch."),
             "threads": threads or torch.get_num_threads(), "torch": torch.__version__,
             "linear": getattr(target, "linear_kernel", "torch"), "regime": getattr(target, "regime", "eager")
-            } | backend_key(target) | ({"batch": batch} | batch_width(target, batch) if batch > 1 else {})
+            } | attention_key(target) | backend_key(target) | ({"batch": batch} | batch_width(target, batch) if batch > 1 else {})
+
+
+def attention_key(target) -> dict:
+    """The attention kernel where it is not transformers' own (`specbench.attention`; profiles timed before the
+    grouped kernel keep their names and keys, and are never read for a target that runs it)."""
+    kernel = getattr(target, "attention_kernel", "repeat")
+    return {"attention": kernel} if kernel != "repeat" else {}
 
 
 def backend_key(target) -> dict:
@@ -211,13 +218,15 @@ def backend_key(target) -> dict:
 
 
 def cache_path(key: dict, root: Path) -> Path:
-    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<regime>]``
-    ``[-<backend>][-b<batch>].json`` (the kernel named unless it is torch's own, `specbench.linear`; the regime
+    """``<root>/profiles/<model>-<sha12>-<device>-<dtype>-t<threads>-torch<version>[-<linear kernel>][-<attention>]``
+    ``[-<regime>][-<backend>][-b<batch>].json`` (the kernel named unless it is torch's own, `specbench.linear`; the
+    attention kernel unless it is transformers', `specbench.attention`; the regime
     unless it is eager, the backend unless it is inductor, the batch size unless it is 1, so eager batch-1
     profiles keep their names; ``-active``: an eager batch profile's width)."""
     safe = "".join(c if c.isalnum() or c in ".-" else "_" for c in
                    f"{key['model']}-{str(key['model_sha256'])[:12]}-{key['device']}-{key['dtype']}-t{key['threads']}"
                    f"-torch{key['torch']}" + (f"-{key['linear']}" if key.get("linear", "torch") != "torch" else "")
+                   + (f"-{key['attention']}" if key.get("attention", "repeat") != "repeat" else "")
                    + (f"-{key['regime']}" if key.get("regime", "eager") != "eager" else "")
                    + (f"-{key['backend']}" if "backend" in key else "")
                    + (f"-b{key['batch']}" if key.get("batch", 1) > 1 else "")
