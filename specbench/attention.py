@@ -5,9 +5,9 @@ one-node step with SDPA's own grouping (``enable_gqa``), but transformers' ``sdp
 as a mask is passed (on CUDA a masked, grouped SDPA falls back to the math kernel) and copies every layer's cached
 keys and values to one per query head instead (``repeat_kv``). A verification tree always passes its tree mask, so
 on a CPU every tree step paid a copy of the whole cache, 3x over, in every layer: a cost that grows with the context
-while one node's does not. On the 2-core EPYC of docs/performance.md a 2-node verify cost 1.03x one node's at a
-100-token context and 1.15x at 1,000 (4 nodes: 1.05x and 1.30x), where the verify-cost profile, timed at 300,
-priced it at 0.95x: the main job's small trees ran 5-14% over their prediction.
+while one node's does not. On a 2-core Zen 3 EPYC (`benchmarks.tree_attention`, in one process,
+docs/journal/tree-attention-2026-12-03.txt) a 2-node verify cost 1.03x one node's at a 100-token context and 1.16x at
+1,000 with the copy, 0.93x and 1.06x without it; 12 nodes 1.98x / 2.16x against 1.85x / 2.02x.
 
 Terminology: the **attention kernel** of a target is ``grouped`` (this module's: a masked query of more than one
 position calls SDPA with ``enable_gqa``, the keys and values as cached) or ``repeat`` (transformers' ``sdpa``

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -333,3 +334,13 @@ def test_each_method_option_reaches_its_config(method, flags, expected):
     covered = {"freeze_loaded", "own_lm_heads", "noise", "unroll", "ttt_steps", "step_decay", "draft_vocab",
                "context_vocab"}
     assert set(METHOD_OPTIONS) == covered
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """``specbench report RUN | head -1``: the pipe closes while the report prints; no traceback follows."""
+    run = Path(__file__).resolve().parents[1] / "docs" / "runs" / "main-job-epyc-b61aa5c"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory() as out:
+        done = subprocess.run(f"{sys.executable} -m specbench report {run} --out {out} --formats csv --charts none | head -1",
+                              shell=True, capture_output=True, text=True, env=env)
+    assert done.stdout.startswith("==") and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecbenchError as exc:
         print(f"specbench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader stopped early (``specbench report RUN | head``): what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush has nowhere to fail
+        return 1
 
 
 if __name__ == "__main__":
