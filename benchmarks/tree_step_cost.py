@@ -14,7 +14,9 @@ plain decoding (every draft accepted: nothing dropped).
 
 Blocks: for each round and prompt, every condition decodes that prompt once (the order rotating), and each ratio is
 taken within its block against plain decoding's step in the same block, then the median over blocks: a CPU's pace
-drifts by 10% over minutes, and a block keeps the compared decodes seconds apart. Time it alone on the machine.
+drifts by 10% over minutes, and a block keeps the compared decodes seconds apart. A second table gives each
+drafter's wall-time speedup over plain decoding under the same kernel (prefill included), also a median of blocks.
+Time it alone on the machine.
 
 Run:  python -m benchmarks.tree_step_cost --drafters fixed@2,oracle@2,medusa@2,eagle@2,hydra@4 --questions 3 --rounds 2
 """
@@ -92,6 +94,7 @@ def main() -> None:
     drafters = {name: made[name]() if name in made else create_drafter(name) for name, _ in entries}
     ratios: dict[tuple, list[float]] = defaultdict(list)  # (kernel, entry, nodes) -> per-block ratio to plain's step
     steps: dict[tuple, list[float]] = defaultdict(list)  # (kernel, entry, nodes) -> every step's verify ms
+    speedups: dict[tuple, list[float]] = defaultdict(list)  # (kernel, entry) -> per-block wall speedup over plain's
     bare: dict[tuple, list[float]] = defaultdict(list)  # (kernel, size) -> per-block ratio to one node's forward
     forward = single_forward(target, args.prefix)
     sizes = sorted({1} | {budget for _, budget in entries})
@@ -103,10 +106,12 @@ def main() -> None:
                 shift = block % len(conditions)
                 block += 1
                 measured: dict[tuple, dict[int, list[float]]] = {}
+                walls: dict[tuple, float] = {}  # condition -> seconds per emitted token of the turn
                 for kernel, name, budget in conditions[shift:] + conditions[:shift]:
                     use_attention(target.model, kernel)
                     result = generate(target, drafters[name], prompt, args.max_new_tokens, budget, breakdown=True)
                     measured[kernel, name, budget] = verify_by_nodes(result)
+                    walls[kernel, name, budget] = result.wall_s / len(result.output_ids)
                 for kernel in kernels:
                     use_attention(target.model, kernel)
                     times = {size: [] for size in sizes}
@@ -118,6 +123,7 @@ def main() -> None:
                         bare[kernel, size].append(statistics.median(times[size]) / one)
                     step_ms = statistics.fmean(measured[kernel, "vanilla", 1][1])
                     for name, budget in entries:
+                        speedups[kernel, f"{name}@{budget}"].append(walls[kernel, "vanilla", 1] / walls[kernel, name, budget])
                         for nodes, values in measured[kernel, name, budget].items():
                             ratios[kernel, f"{name}@{budget}", nodes].append(statistics.fmean(values) / step_ms)
                             steps[kernel, f"{name}@{budget}", nodes].extend(values)
@@ -131,6 +137,10 @@ def main() -> None:
         bare_cell = f"{statistics.median(bare[kernel, nodes]):.3f}" if (kernel, nodes) in bare else "-"
         print(f"| {kernel} | {entry} | {nodes} | {len(steps[kernel, entry, nodes])} | "
               f"{statistics.fmean(steps[kernel, entry, nodes]):.1f} | {statistics.median(values):.3f} | {bare_cell} |")
+    print("\n| kernel | drafter | speedup over plain decoding, same kernel (median of blocks; prefill included) |")
+    print("| --- | --- | ---: |")
+    for (kernel, entry), values in sorted(speedups.items()):
+        print(f"| {kernel} | {entry} | {statistics.median(values):.3f} |")
 
 
 if __name__ == "__main__":
