@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from specbench.attention import KERNELS, use_attention
+from specbench.attention import KERNELS, chosen_attention, use_attention
 from specbench.harness.autobudget.profile import single_forward, tree_of_size
 from specbench.model import load_target
 
@@ -38,7 +38,7 @@ def time_cells(target, kernels: list[str], prefixes: list[int], sizes: list[int]
                 elapsed = forwards[prefix](trees[size])
                 if round_number:
                     times[cell].append(elapsed)
-    use_attention(target.model, target.attention_kernel)
+    use_attention(target.model, chosen_attention(target.device))  # the target's own again
     return {cell: statistics.median(values) for cell, values in times.items()}
 
 

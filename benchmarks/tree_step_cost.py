@@ -30,7 +30,7 @@ from collections import defaultdict
 import torch
 
 from benchmarks.benchlib import first_turn_prompts
-from specbench.attention import KERNELS, use_attention
+from specbench.attention import KERNELS, chosen_attention, use_attention
 from specbench.drafter import DraftContext, Drafter
 from specbench.drafters.vanilla import VanillaDrafter
 from specbench.harness.autobudget.profile import single_forward, tree_of_size
@@ -127,7 +127,7 @@ def main() -> None:
                         for nodes, values in measured[kernel, name, budget].items():
                             ratios[kernel, f"{name}@{budget}", nodes].append(statistics.fmean(values) / step_ms)
                             steps[kernel, f"{name}@{budget}", nodes].extend(values)
-    use_attention(target.model, target.attention_kernel)
+    use_attention(target.model, chosen_attention(target.device))  # the target's own again
     print(f"{block} blocks ({args.rounds} rounds x {len(prompts)} first turns) x {args.max_new_tokens} tokens, "
           f"{args.threads} threads; bare: chains against a {args.prefix}-token cache")
     print("| kernel | drafter | tree nodes | steps | loop verify ms (mean) | loop / plain step (median of blocks) | "

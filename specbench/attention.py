@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 KERNELS = ("grouped", "repeat")
 #: the name the grouped kernel is registered under with transformers' attention and mask interfaces
@@ -41,8 +42,6 @@ def grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: to
 
     query: [B, Hq, q, D], key / value: [B, Hkv, k, D], attention_mask: additive or boolean [B | 1, 1, q, k]
     returns: (output [B, q, Hq, D], None), as transformers' attention functions do"""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     groups = getattr(module, "num_key_value_groups", 1)
     plain = (attention_mask is None or query.shape[2] == 1 or groups == 1 or kwargs.get("position_bias") is not None
              or kwargs.get("softcap") is not None or kwargs.get("output_attentions", False))

@@ -20,7 +20,7 @@ import time
 import torch
 
 from specbench import batch_cache, kv, static_cache
-from specbench.attention import chosen_attention, use_attention
+from specbench.attention import attention_of, chosen_attention, use_attention
 from specbench.cuda_graphs import GraphedFunction, cuda_capture, replay_capture
 from specbench.drafter import TargetHandle
 from specbench.errors import SpecbenchError
@@ -54,8 +54,7 @@ class TargetModel:
         self.config = model.config
         self.linear_kernel = chosen_kernel(self.device, self.dtype)  # specbench.linear: the same for every drafter
         use_kernel(model, self.linear_kernel)
-        self.attention_kernel = chosen_attention(self.device)  # specbench.attention: a tree's keys read in place
-        use_attention(model, self.attention_kernel)
+        use_attention(model, chosen_attention(self.device))  # specbench.attention: a tree's keys read in place
         self.handle = TargetHandle(
             embed_tokens=model.get_input_embeddings(),
             lm_head=self.lm_head,
@@ -82,6 +81,11 @@ class TargetModel:
         self._steps: dict[int, object] = {}  # bucket -> the (compiled) static tree step
         self._batch_caches: dict[int, batch_cache.BatchTreeCache] = {}  # compiled regime: batch size -> its cache
         self._batch_steps: dict[tuple[int, int], object] = {}  # (batch size, bucket) -> the (compiled) batch step
+
+    @property
+    def attention_kernel(self) -> str:
+        """The attention kernel the model runs on now (`specbench.attention`), read from the model itself."""
+        return attention_of(self.model)
 
     @property
     def name(self) -> str:
