@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +47,22 @@ def first_turn_prompts(target: TargetModel, bench: str, count: int) -> list[list
 
     builder = PromptBuilder(target.tokenizer)
     return [builder.build(q.turns[:1], []) for q in load_questions(resolve_bench(bench))[:count]]
+
+
+def rotating_medians(timed: dict[Hashable, Callable[[], float]], rounds: int) -> dict[Hashable, float]:
+    """Median of what each of ``timed``'s calls returns (ms), over ``rounds`` rounds after an untimed one that warms
+    every condition up; each round calls every condition once, the order shifted by one per round, so the machine's
+    drift lands on every condition alike."""
+    names = list(timed)
+    times: dict[Hashable, list[float]] = {name: [] for name in names}
+    with torch.inference_mode():
+        for round_number in range(rounds + 1):
+            shift = round_number % len(names)
+            for name in names[shift:] + names[:shift]:
+                elapsed = timed[name]()
+                if round_number:
+                    times[name].append(elapsed)
+    return {name: statistics.median(samples) for name, samples in times.items()}
 
 
 # ---- a drafter's state after a few decode steps -------------------------------------------------------

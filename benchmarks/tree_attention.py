@@ -13,10 +13,10 @@ Run:  python -m benchmarks.tree_attention --prefixes 100,300,600,1000 --sizes 1,
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
+from benchmarks.benchlib import rotating_medians
 from specbench.attention import KERNELS, chosen_attention, use_attention
 from specbench.harness.autobudget.profile import single_forward, tree_of_size
 from specbench.model import load_target
@@ -26,20 +26,14 @@ def time_cells(target, kernels: list[str], prefixes: list[int], sizes: list[int]
     """{(kernel, prefix, size): median ms} over ``rounds`` rotating rounds after an untimed one (every cell once per
     round, the order shifted by one each round, so the machine's drift lands on every cell alike)."""
     forwards = {prefix: single_forward(target, prefix) for prefix in prefixes}  # tree -> ms, slots dropped after
-    cells = [(kernel, prefix, size) for kernel in kernels for prefix in prefixes for size in sizes]
     trees = {size: tree_of_size(size, "chain") for size in sizes}
-    times: dict[tuple, list[float]] = {cell: [] for cell in cells}
-    with torch.inference_mode():
-        for round_number in range(rounds + 1):
-            shift = round_number % len(cells)
-            for cell in cells[shift:] + cells[:shift]:
-                kernel, prefix, size = cell
-                use_attention(target.model, kernel)
-                elapsed = forwards[prefix](trees[size])
-                if round_number:
-                    times[cell].append(elapsed)
+
+    def timed(kernel: str, prefix: int, size: int):
+        return lambda: (use_attention(target.model, kernel), forwards[prefix](trees[size]))[1]
+
+    medians = rotating_medians({(k, p, n): timed(k, p, n) for k in kernels for p in prefixes for n in sizes}, rounds)
     use_attention(target.model, chosen_attention(target.device))  # the target's own again
-    return {cell: statistics.median(values) for cell, values in times.items()}
+    return medians
 
 
 def table(medians: dict, kernels: list[str], prefixes: list[int], sizes: list[int]) -> str:

@@ -28,13 +28,12 @@ Run:  python -m benchmarks.verify_after_propose --drafters hydra,medusa,ctc,eagl
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Callable
 
 import torch
 
-from benchmarks.benchlib import first_turn_prompts, record_decode_state, tree_of_size
+from benchmarks.benchlib import first_turn_prompts, record_decode_state, rotating_medians, tree_of_size
 from specbench.harness.autobudget.profile import single_forward
 from specbench.model import load_target
 from specbench.registry import create_drafter
@@ -52,17 +51,11 @@ def time_verify_after(target, before: dict[str, Callable[[], object] | None], no
     forward = forward or single_forward(target, prefix)  # tree -> ms, its slots dropped after
     tree = tree_of_size(nodes, "bushy")
     actions = {name: (lambda: forward(tree)) if action is None else action for name, action in before.items()}
-    times: dict[str, list[float]] = {name: [] for name in actions}
-    names = list(actions)
-    with torch.inference_mode():
-        for round_number in range(rounds + 1):  # round 0 warms every condition up, untimed
-            shift = round_number % len(names)
-            for name in names[shift:] + names[:shift]:
-                actions[name]()
-                elapsed = forward(tree)
-                if round_number:
-                    times[name].append(elapsed)
-    return {name: statistics.median(samples) for name, samples in times.items()}
+
+    def after(action: Callable[[], object]) -> Callable[[], float]:
+        return lambda: (action(), forward(tree))[1]  # only the verify after the action is timed
+
+    return rotating_medians({name: after(action) for name, action in actions.items()}, rounds)
 
 
 def drafter_propose(target, name: str, prompt: list[int], budget: int) -> Callable[[], object]:
