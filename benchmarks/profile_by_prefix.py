@@ -8,41 +8,34 @@ interleaved (each round visits every prefix once, the order rotating), and print
 main job saw (its questions' prompts, then prompt + 128 new tokens, from a run's stored answers). Time it alone.
 
 Run:  python -m benchmarks.profile_by_prefix [--prefixes 64,150,300,600,1000] [--rounds 3]
-          [--answers docs/runs/main-job-xeon-amx-e5c0baf/answers/vanilla.jsonl.gz]
+          [--run docs/runs/main-job-xeon-amx-e5c0baf]
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import statistics
 from pathlib import Path
 
 import torch
 
+from specbench.harness.attribution import manifest_questions
 from specbench.harness.autobudget.profile import measure_profile
 from specbench.model import load_target
 from specbench.prompts import PromptBuilder
-from specbench.questions import load_questions, resolve_bench
+from specbench.results import load_run, read_manifest
 
 SIZES = [1, 2, 4, 8, 16, 32, 64]
 
 
-def context_lengths(target, answers: Path) -> list[int]:
-    """Prompt lengths (tokens) of every turn of the run whose answers are in ``answers`` (JSONL, gzip or not):
-    turn k's prompt holds the questions' turns 1..k and the run's answers 1..k-1, as the loop builds it."""
-    questions = {q.question_id: q for q in load_questions(resolve_bench("demo"))}
-    opener = gzip.open if answers.suffix == ".gz" else open
-    builder = PromptBuilder(target.tokenizer)
-    lengths = []
-    with opener(answers, "rt") as lines:
-        for line in lines:
-            record = json.loads(line)
-            turns = questions[record["question_id"]].turns
-            said = record["choices"][0]["turns"]
-            lengths += [len(builder.build(turns[: k + 1], said[:k])) for k in range(len(said))]
-    return lengths
+def context_lengths(target, run: Path) -> list[int]:
+    """Prompt lengths (tokens) of every turn of vanilla's answers in the run directory ``run``, rebuilt as the loop
+    built them (turn k: the questions' turns 1..k and the run's answers 1..k-1, the run's chat template)."""
+    manifest = read_manifest(run) or {}
+    questions = {q.question_id: q for q in manifest_questions(run, manifest)}
+    builder = PromptBuilder(target.tokenizer, (manifest.get("config") or {}).get("template"))
+    return [len(builder.build(questions[record.question_id].turns[: k + 1], record.turns[:k]))
+            for record in load_run(run)["vanilla"] for k in range(len(record.turns))]
 
 
 def main() -> None:
@@ -51,13 +44,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--answers", type=Path,
-                        default=Path("docs/runs/main-job-xeon-amx-e5c0baf/answers/vanilla.jsonl.gz"))
+    parser.add_argument("--run", type=Path, default=Path("docs/runs/main-job-xeon-amx-e5c0baf"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target()
-    if args.answers.exists():
-        lengths = sorted(context_lengths(target, args.answers))
+    if args.run.is_dir():
+        lengths = sorted(context_lengths(target, args.run))
         quartiles = statistics.quantiles(lengths, n=4)
         print(f"prompt tokens over {len(lengths)} turns: min {lengths[0]}, quartiles "
               f"{' / '.join(f'{q:.0f}' for q in quartiles)}, max {lengths[-1]} (a turn then adds up to 128)")
@@ -68,10 +60,8 @@ def main() -> None:
         shift = round_ % len(prefixes)
         for prefix in prefixes[shift:] + prefixes[:shift]:
             profile = measure_profile(target, sizes=SIZES, prefix=prefix, repeats=args.repeats)
-            rows = list(profile.ms.values())  # [shape][size index] ms
-            mean_ms = [statistics.mean(row[i] for row in rows) for i in range(len(SIZES))]
-            one_node[prefix].append(mean_ms[0])
-            ratios[prefix].append([ms / mean_ms[0] for ms in mean_ms])
+            one_node[prefix].append(profile.cost_ms(1))  # cost_ms: the mean over the shapes
+            ratios[prefix].append([profile.cost_ms(n) / profile.cost_ms(1) for n in SIZES])
     print(f"\nmedian over {args.rounds} interleaved rounds ({args.repeats} repeats each; ratio = n nodes / 1 node, "
           "mean of chain and bushy)\n")
     print("| prefix | 1 node ms | " + " | ".join(f"r({n})" for n in SIZES[1:]) + " |")
