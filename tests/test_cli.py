@@ -82,6 +82,8 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         (["train", "eagle", "--context-vocab"], ["--context-vocab is an eagle3 option, not eagle's"]),
         (["train", "eagle3", "--noise", "0.2"], ["--noise is an eagle option, not eagle3's"]),
         (["train", "eagle3", "--unroll", "3"], ["--unroll is an eagle option, not eagle3's"]),
+        (["train", "eagle3", "--feature-weight", "-1"], ["--feature-weight must be 0 or more"]),
+        (["train", "hydra", "--feature-weight", "1"], ["--feature-weight is an eagle and eagle3 option, not hydra's"]),
         (["train", "hydra", "--cache", "missing-cache"], ["no distillation cache at missing-cache"]),
         (["run", "--drafters", "ctc", "--drafter-option", "ctc.top_k=0"], ["drafter 'ctc'", "top_k >= 1"]),
         (["run", "--drafters", "ngram", "--drafter-option", "ngram.max_depth=0"], ["drafter 'ngram'", "max_depth"]),
@@ -319,9 +321,11 @@ def test_train_step_decay_reaches_the_eagle3_config():
 @pytest.mark.parametrize("method, flags, expected", [
     ("hydra", ["--init-from", "x", "--freeze-loaded"], {"freeze_loaded": True}),
     ("medusa", ["--own-lm-heads"], {"own_lm_heads": True}),
-    ("eagle", ["--noise", "0.3", "--unroll", "3"], {"noise": 0.3, "unroll": 3}),
-    ("eagle3", ["--ttt-steps", "3", "--step-decay", "0.5", "--draft-vocab", "1000", "--context-vocab"],
-     {"ttt_steps": 3, "step_decay": 0.5, "draft_vocab": 1000, "context_vocab": True}),
+    ("eagle", ["--noise", "0.3", "--unroll", "3", "--feature-weight", "0.5"],
+     {"noise": 0.3, "unroll": 3, "feature_weight": 0.5}),
+    ("eagle3", ["--ttt-steps", "3", "--step-decay", "0.5", "--draft-vocab", "1000", "--context-vocab",
+                "--feature-weight", "2"],
+     {"ttt_steps": 3, "step_decay": 0.5, "draft_vocab": 1000, "context_vocab": True, "feature_weight": 2.0}),
 ])
 def test_each_method_option_reaches_its_config(method, flags, expected):
     """Every name in `METHOD_OPTIONS` (declared once for the refusal and the config) is set on the config of a method
@@ -332,7 +336,7 @@ def test_each_method_option_reaches_its_config(method, flags, expected):
     config = _train_config(build_parser().parse_args(["train", method, *flags]), cache="c", out="o")
     assert {name: getattr(config, name) for name in expected} == expected
     covered = {"freeze_loaded", "own_lm_heads", "noise", "unroll", "ttt_steps", "step_decay", "draft_vocab",
-               "context_vocab"}
+               "context_vocab", "feature_weight"}
     assert set(METHOD_OPTIONS) == covered
 
 

@@ -95,6 +95,28 @@ def test_the_loss_weights_each_step_as_the_released_trainer(llama_target, traine
     assert first.item() == pytest.approx(only)
 
 
+def test_the_feature_loss_adds_each_steps_distance_to_the_targets_own_feature(llama_target, trained):
+    config, _ = trained
+    module = Eagle3Drafter(checkpoint=config.out)
+    module.reset(llama_target.handle)
+    sample = next(iter(iter_samples(Path(config.cache), "train")))
+    start, length = sample.prompt_len - 1, len(sample.input_ids)
+    with torch.no_grad():
+        plain, kl = ttt_loss(module.module, llama_target, sample, 3, 0.5)
+        total, kl_too = ttt_loss(module.module, llama_target, sample, 3, 0.5, feature_weight=2.0)
+        outs = unrolled_outputs(module.module, llama_target, sample, 3, start)
+        # step j's output at anchor t against the target's feature at t + j (what its lm_head scores there)
+        distances = [torch.nn.functional.smooth_l1_loss(
+            module.module.norm(h[: length - start - step]).float(),
+            sample.hidden[start + step : length].float()) for step, h in enumerate(outs, start=1)]
+    assert kl_too == kl  # the recorded per-step losses stay the KL divergences
+    expected = plain.item() + 2.0 * sum(0.5 ** j * d.item() for j, d in enumerate(distances))
+    assert total.item() == pytest.approx(expected, rel=1e-5)
+    assert total.item() > plain.item() + 1e-3  # an untrained-to-match draft is far from the target's features
+    with pytest.raises(SpecbenchError, match="--feature-weight must be 0 or more"):
+        Eagle3TrainConfig(cache="c", out="o", feature_weight=-1.0).validate()
+
+
 def test_context_columns_are_the_tokens_outside_the_draft_vocabulary_each_from_where_it_is_seen(llama_target, trained):
     """``context_vocab``'s columns: the sample's distinct tokens outside V' with their first positions; anchor t
     sees a column once its token occurred at or before t + 1 (x_{t+1} is the anchor's input token)."""

@@ -83,12 +83,14 @@ class Eagle3TrainConfig(SampleTrainConfig):
     draft_vocab: int = DRAFT_VOCAB  # tokens the draft's own head scores (capped at the target's vocabulary)
     eval_depth: int = 5  # depth of the held-out chain acceptance (the learning curve)
     context_vocab: bool = False  # also train the sample's own tokens outside V' as columns (the target's rows)
+    feature_weight: float = 0.0  # weight of EAGLE-1's feature regression on each step's output (EAGLE-3 has none)
 
     def validate(self) -> None:
         if self.method != "eagle3":
             raise SpecbenchError(f"Eagle3TrainConfig trains eagle3, not {self.method!r}")
         super().validate()
         at_least(self, 1, "ttt_steps", "draft_vocab", "eval_depth")
+        at_least(self, 0, "feature_weight")
         if not 0 < self.step_decay <= 1:
             raise SpecbenchError(f"--step-decay must be in (0, 1], not {self.step_decay!r}")
         if self.train_vocab:
@@ -176,10 +178,11 @@ def column_mask(draft_size: int, first: torch.Tensor, anchors: torch.Tensor) -> 
 
 
 def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: int, decay: float,
-             context: bool = False) -> tuple[torch.Tensor, list[float]] | None:
-    """(the weighted TTT loss, each step's unweighted loss) of one sample; None without a response anchor.
+             context: bool = False, feature_weight: float = 0.0) -> tuple[torch.Tensor, list[float]] | None:
+    """(the weighted TTT loss, each step's unweighted KL) of one sample; None without a response anchor.
     ``context``: also score the sample's own tokens outside V' (`context_columns`), each where the anchor has
-    seen it."""
+    seen it. ``feature_weight``: add that times the smooth L1 distance of each step's normed output to the
+    target's own feature there (`feature_loss`), with the step's weight."""
     length, start = len(sample.input_ids), sample.prompt_len - 1
     if length - 1 - start < 1:
         return None
@@ -208,9 +211,20 @@ def ttt_loss(module: Eagle3Module, target: TargetModel, sample: Sample, steps: i
         log_p = (logits + mask.to(logits.device)).log_softmax(dim=-1)
         cross_entropy = -(teacher * log_p).sum(dim=-1)  # [rows]
         loss = (in_vocab * (cross_entropy - entropy)).mean()  # KL: the CE's gradient, 0 when exact
-        total = total + decay ** (step - 1) * loss
         per_step.append(loss.item())
+        if feature_weight:
+            loss = loss + feature_weight * feature_loss(module, target, sample, h[:rows], start + step)
+        total = total + decay ** (step - 1) * loss
     return total, per_step
+
+
+def feature_loss(module: Eagle3Module, target: TargetModel, sample: Sample, h: torch.Tensor, first: int
+                 ) -> torch.Tensor:
+    """Smooth L1 distance of the draft's normed outputs ``h`` [R, H] to the target's final features (what its
+    ``lm_head`` scores) at positions first..first+R-1: EAGLE-1's regression, a dense signal per position that
+    EAGLE-3 dropped for scaling to large data (specbench's option for little data, off by default)."""
+    truth = sample.hidden[first : first + len(h)].to(target.device, torch.float32)  # [R, H]
+    return torch.nn.functional.smooth_l1_loss(module.norm(h).float(), truth)
 
 
 @torch.no_grad()
@@ -253,7 +267,8 @@ def train_eagle3(config: Eagle3TrainConfig, target: TargetModel, progress: bool 
             module.lm_head.weight.copy_(target.lm_head.weight[token_ids.to(target.device)])  # warm start [V', H]
 
     def sample_loss(sample: Sample, generator: torch.Generator) -> torch.Tensor | None:
-        out = ttt_loss(module, target, sample, config.ttt_steps, config.step_decay, config.context_vocab)
+        out = ttt_loss(module, target, sample, config.ttt_steps, config.step_decay, config.context_vocab,
+                       config.feature_weight)
         return None if out is None else out[0]
 
     def measure() -> dict:

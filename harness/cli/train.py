@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported when a command runs: torch is slow to import
 # the training options one method (or a few) owns, each a config field name: given to the method's config when set,
 # refused in one line for a method whose config lacks it
 METHOD_OPTIONS = ("freeze_loaded", "own_lm_heads", "noise", "unroll", "ttt_steps", "step_decay", "draft_vocab",
-                  "context_vocab")
+                  "context_vocab", "feature_weight")
 
 
 def target_settings(args: argparse.Namespace) -> RunConfig:
@@ -119,6 +119,9 @@ def train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context-vocab", action="store_true", default=None,
                        help="eagle3: also train on the sample's own tokens outside the draft vocabulary, scored by "
                             "the target's lm_head rows (for the drafter's context_vocab option)")
+    parser.add_argument("--feature-weight", type=float, default=None,
+                       help="eagle, eagle3: weight of the feature regression loss, the smooth L1 distance of the "
+                            "draft's feature to the target's (default: eagle 1.0, as EAGLE; eagle3 0, as EAGLE-3)")
     parser.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     parser.add_argument("--checkpoint-steps", type=int, default=500,
                         help="also checkpoint every N optimiser steps within an epoch (STEM.partial.pt), so a stopped "
